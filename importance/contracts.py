@@ -13,6 +13,9 @@ import pyarrow as pa
 
 # Section classes (METHODS.md §1). O = anything else (abstract, legends, acknowledgements...).
 SECTION_CLASSES = ("I", "M", "R", "D", "O")
+# Triplet splits, by anchor (Algorithm 1: 80/20).
+SPLIT_TRAIN, SPLIT_VAL = "train", "val"
+
 SOURCES = ("elife", "scisummnet", "pubmed", "pmc", "medline", "s2orc", "unarxive")
 
 AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", pa.string())])

@@ -1,0 +1,318 @@
+"""Ingest stage: input files -> papers, references, mentions, rejects (+ ingest_summary.json).
+
+Files are read by executors (binaryFile + flatMap of the pure-Python readers); the driver only
+sees small aggregates. Every input record ends in `papers` or `rejects`:
+- record level (a JATS file, a ScisummNet paper XML, a CSV row): parsed paper or reject;
+- citance level (ScisummNet): in-corpus citance -> references + mentions, else reject;
+- item level: references without any id or title, in-text citations to unknown references.
+Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the others rejected.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+from importance.contracts import SCHEMAS, RunLayout
+from importance.runtime import UserError
+from importance.spark import arrow_to_spark_type, get_spark, to_spark_schema, write_spark_table
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_INPUTS = [
+    {"path": "sample/elife", "format": "jats", "source": "elife"},
+    {"path": "sample/scisummnet", "format": "scisummnet", "source": "scisummnet"},
+    {"path": "sample/pubmed", "format": "pubmed_csv", "source": "pubmed"},
+]
+DUPLICATE_REASON = "duplicate paper id"
+OUTSIDE_REASON = "citing paper outside corpus"
+CITED_MISSING_REASON = "cited paper not in corpus"
+DANGLING_REASON = "in-text citation to an unknown reference"
+
+
+@dataclass
+class IngestConfig:
+    inputs: list[dict] = field(default_factory=lambda: [dict(x) for x in DEFAULT_INPUTS])
+    shuffle_partitions: int = 8
+    output_partitions: int = 2  # files per written table (small corpora: few files)
+
+
+def _internal_schemas():
+    from pyspark.sql import types as T
+
+    S, L = T.StringType(), T.LongType()
+    author = arrow_to_spark_type(SCHEMAS["papers"].field("authors").type)
+    paper = to_spark_schema("papers")
+    paper = T.StructType(paper.fields + [T.StructField("ord", L), T.StructField("title_norm", S),
+                                         T.StructField("alt_ids", T.ArrayType(S))])
+    ref = T.StructType([T.StructField(n, t) for n, t in [
+        ("citing_id", S), ("ref_key", S), ("title", S), ("authors", author), ("year", T.IntegerType()),
+        ("doi", S), ("pmid", S), ("hint_id", S), ("title_norm", S), ("source_file", S)]])
+    mention = T.StructType([T.StructField(n, t) for n, t in [
+        ("citing_id", S), ("ref_key", S), ("section_title", S), ("section_type", S),
+        ("section_class", S), ("position", T.IntegerType()), ("source_file", S)]])
+    reject = T.StructType([T.StructField(n, S) for n in
+                           ("source_file", "record_id", "stage", "reason", "source", "level")])
+    sentence = T.StructType([T.StructField(n, t) for n, t in [
+        ("paper_id", S), ("ord", L), ("key", S), ("section_title", S), ("section_class", S),
+        ("position", T.IntegerType()), ("source_file", S)]])
+    citance = T.StructType([T.StructField(n, t) for n, t in [
+        ("citing_id", S), ("cited_id", S), ("ref_key", S), ("authors", author), ("key", S),
+        ("prefix", S), ("suffix", S), ("record_id", S), ("source_file", S), ("source", S)]])
+    return {"paper": paper, "ref": ref, "mention": mention, "reject": reject, "sentence": sentence,
+            "citance": citance}
+
+
+def _parse_rows(fmt: str, source: str, rows):
+    from importance.readers import parse_file
+
+    for row in rows:
+        yield from parse_file(fmt, source, row.path, bytes(row.content) if row.content is not None else b"")
+
+
+def _to_tuple(names, rec):
+    return tuple(rec[1].get(n) for n in names)
+
+
+def resolve_input_path(path: str) -> Path:
+    p = Path(path)
+    if not p.is_absolute():
+        p = (Path.cwd() / p) if (Path.cwd() / p).exists() else (REPO_ROOT / p)
+    if not p.exists():
+        raise UserError(f"ingest input {path} does not exist; fix the path in the [ingest] inputs setting")
+    return p
+
+
+def _glob_patterns(glob: str) -> list[str]:
+    """Expand one level of Hadoop {a,b} alternatives for fnmatch."""
+    import re
+
+    m = re.search(r"\{([^}]*)\}", glob)
+    if not m:
+        return [glob]
+    return [glob[:m.start()] + alt + glob[m.end():] for alt in m.group(1).split(",")]
+
+
+def empty_files(path: Path, glob: str) -> list[str]:
+    """Zero-length input files: Spark's file sources skip them, so they are found by listing
+    (metadata only) and rejected as "empty file" instead of vanishing from the counts."""
+    import fnmatch
+    import os
+
+    pats = _glob_patterns(glob)
+    paths = [path] if path.is_file() else [Path(r) / f for r, _, fs in os.walk(path) for f in fs]
+    return sorted(p.resolve().as_uri() for p in paths
+                  if any(fnmatch.fnmatch(p.name, q) for q in pats) and p.stat().st_size == 0)
+
+
+def read_inputs(spark, inputs: list[dict]):
+    """One RDD of (kind, dict) records over all inputs, parsed on the executors."""
+    from importance.readers import FORMATS, GLOBS
+
+    rdds = []
+    for spec in inputs:
+        fmt, source = spec.get("format"), spec.get("source")
+        if fmt not in FORMATS:
+            raise UserError(f"ingest input format {fmt!r} is unknown; use one of {sorted(FORMATS)}")
+        if not source:
+            raise UserError(f"ingest input {spec.get('path')} needs a source name (e.g. 'elife')")
+        p = resolve_input_path(spec["path"])
+        reader = spark.read.format("binaryFile").option("pathGlobFilter", spec.get("glob", GLOBS[fmt]))
+        if p.is_dir():
+            reader = reader.option("recursiveFileLookup", "true")
+        df = reader.load(str(p)).select("path", "content")
+        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source)))
+        empties = empty_files(p, spec.get("glob", GLOBS[fmt]))
+        if empties:
+            from importance.readers.common import reject
+
+            rdds.append(spark.sparkContext.parallelize(
+                [reject(e, e.rsplit("/", 1)[-1], "empty file", source) for e in empties], 1))
+    rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
+    # Few, larger partitions: per-task Python start-up dominates on small corpora.
+    return rdd.coalesce(max(1, min(rdd.getNumPartitions(), 2 * spark.sparkContext.defaultParallelism)))
+
+
+def build_tables(spark, raw) -> dict:
+    """The ingest logic on DataFrames: dedup, citances, resolution. Returns DataFrames (lazy)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from importance.resolve import resolve_references
+
+    schemas = _internal_schemas()
+    dfs = {}
+    for kind, schema in schemas.items():
+        names = schema.names
+        # Cached: each kind is converted from Python records once, then reused by several joins.
+        dfs[kind] = spark.createDataFrame(raw.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
+                                          schema).persist(StorageLevel.MEMORY_AND_DISK)
+
+    # Duplicate paper ids: keep the first by (source_file, ord), reject the others.
+    w = Window.partitionBy("paper_id").orderBy("source_file", "ord")
+    ranked = dfs["paper"].withColumn("_rn", F.row_number().over(w))
+    papers = ranked.where("_rn = 1").drop("_rn")
+    dups = ranked.where("_rn > 1").select("source_file", F.col("paper_id").alias("record_id"),
+                                          F.lit("ingest").alias("stage"), F.lit(DUPLICATE_REASON).alias("reason"),
+                                          "source", F.lit("record").alias("level"))
+    kept = papers.select(F.col("paper_id").alias("citing_id"), "source_file")
+    refs = dfs["ref"].join(kept, ["citing_id", "source_file"], "left_semi")
+    ments = dfs["mention"].join(kept, ["citing_id", "source_file"], "left_semi")
+    sents = dfs["sentence"].join(kept.withColumnRenamed("citing_id", "paper_id"), ["paper_id", "source_file"], "left_semi")
+
+    # ScisummNet citances: in-corpus citing paper -> reference + mention; otherwise reject.
+    cits = dfs["citance"]
+    corpus = papers.select("paper_id")
+    cit_ok = (cits.join(corpus.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi")
+                  .join(corpus.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_semi"))
+    cit_out = cits.join(corpus.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_anti")
+    cit_nocited = (cits.join(corpus.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi")
+                       .join(corpus.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_anti"))
+    rej_cols = lambda df, reason: df.select("source_file", "record_id", F.lit("ingest").alias("stage"),  # noqa: E731
+                                            F.lit(reason).alias("reason"), "source", F.lit("citance").alias("level"))
+    cit_rejects = rej_cols(cit_out, OUTSIDE_REASON).unionByName(rej_cols(cit_nocited, CITED_MISSING_REASON))
+
+    # Authors of a ScisummNet paper are known only where it appears as a citing paper.
+    known = cits.where(F.size("authors") > 0).groupBy(F.col("citing_id").alias("paper_id")).agg(
+        F.min_by("authors", F.col("record_id")).alias("_authors"))
+    papers = papers.join(known, "paper_id", "left").withColumn(
+        "authors", F.when((F.size(F.coalesce("authors", F.array())) == 0) & F.col("_authors").isNotNull(),
+                          F.col("_authors")).otherwise(F.col("authors"))).drop("_authors")
+
+    cit_refs = cit_ok.groupBy("citing_id", "ref_key").agg(
+        F.min("source_file").alias("source_file"), F.min("cited_id").alias("hint_id")).select(
+        "citing_id", "ref_key", F.lit(None).cast("string").alias("title"),
+        F.lit(None).cast(schemas["ref"]["authors"].dataType).alias("authors"),
+        F.lit(None).cast("int").alias("year"), F.lit(None).cast("string").alias("doi"),
+        F.lit(None).cast("string").alias("pmid"), "hint_id", F.lit(None).cast("string").alias("title_norm"),
+        "source_file")
+    # Section of a citance: the first sentence of the citing paper that contains the citance's first or
+    # last 40 letters, or that (if >= 40 letters long) lies inside the citance.
+    c, s = cit_ok.alias("c"), sents.alias("s")
+    cond = (F.col("c.citing_id") == F.col("s.paper_id")) & (
+        (F.instr("s.key", F.col("c.prefix")) > 0) | (F.instr("s.key", F.col("c.suffix")) > 0)
+        | ((F.length("s.key") >= 40) & (F.instr("c.key", F.col("s.key")) > 0)))
+    matched = (c.join(s, cond).groupBy("c.record_id").agg(F.min_by(
+        F.struct("s.section_title", "s.section_class", "s.position"), F.col("s.ord")).alias("m")))
+    cit_ments = cit_ok.join(matched, "record_id", "left").select(
+        "citing_id", "ref_key", F.col("m.section_title").alias("section_title"),
+        F.lit(None).cast("string").alias("section_type"),
+        F.coalesce(F.col("m.section_class"), F.lit("O")).alias("section_class"),
+        F.col("m.position").alias("position"), "source_file", F.col("m").isNotNull().alias("_matched"))
+
+    refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
+    refs_res, title_only, ref_rejects = resolve_references(refs_all, papers)
+    ments_all = ments.unionByName(cit_ments.drop("_matched"))
+    ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
+    dangling = ments_res.where(F.col("cited_id").isNull()).join(
+        papers.select(F.col("paper_id").alias("citing_id"), "source"), "citing_id", "left").select(
+        "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("ingest").alias("stage"),
+        F.lit(DANGLING_REASON).alias("reason"), "source", F.lit("item").alias("level"))
+    mentions_out = ments_res.where(F.col("cited_id").isNotNull())
+
+    paper_cols = SCHEMAS["papers"].names
+    pschema = to_spark_schema("papers")
+    cast = lambda df: df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in pschema.fields])  # noqa: E731
+    papers_out = cast(papers).unionByName(cast(title_only))
+    rejects = (dfs["reject"].unionByName(dups).unionByName(cit_rejects)
+               .unionByName(ref_rejects).unionByName(dangling))
+    return {"papers": papers_out, "corpus": papers, "references": refs_res, "mentions": mentions_out,
+            "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols}
+
+
+def summarise(t: dict, parsed: dict) -> dict:
+    """Small per-source aggregates (collected: one row per source/reason, never per record)."""
+    from pyspark.sql import functions as F
+
+    per: dict[str, dict] = {}
+
+    def slot(src):
+        return per.setdefault(src or "unknown", {"input_records": 0, "papers_corpus": 0, "papers_fulltext": 0,
+                                                 "papers_title_only": 0, "references": 0, "references_resolved": 0,
+                                                 "mentions": 0, "rejects": {}, "record_rejects": 0})
+
+    for r in t["corpus"].groupBy("source").agg(F.count("*").alias("n"),
+                                               F.sum(F.col("has_fulltext").cast("int")).alias("ft")).collect():
+        slot(r.source).update(papers_corpus=r.n, papers_fulltext=int(r.ft or 0))
+    for r in t["papers"].where(~F.col("has_fulltext") & F.col("source_file").isNull()).groupBy("source").count().collect():
+        slot(r.source)["papers_title_only"] = r["count"]
+    for r in t["rejects"].groupBy("source", "level", "reason").count().collect():
+        d = slot(r.source)
+        d["rejects"][r.reason] = d["rejects"].get(r.reason, 0) + r["count"]
+        if r.level == "record":
+            d["record_rejects"] += r["count"]
+        if r.level == "citance":
+            d["citance_rejects"] = d.get("citance_rejects", 0) + r["count"]
+    src = t["corpus"].select(F.col("paper_id").alias("citing_id"), "source")
+    ft = t["corpus"].where("has_fulltext").select(F.col("paper_id").alias("cited_id"), F.lit(True).alias("_ft"))
+    for r in (t["references"].join(src, "citing_id").join(ft, "cited_id", "left").groupBy("source")
+              .agg(F.count("*").alias("n"), F.sum(F.col("_ft").isNotNull().cast("int")).alias("res"))).collect():
+        slot(r.source).update(references=r.n, references_resolved=int(r.res or 0))
+    for r in t["mentions"].join(src, "citing_id").groupBy("source").count().collect():
+        slot(r.source)["mentions"] = r["count"]
+    for r in (t["citance_mentions"].join(src, "citing_id").groupBy("source")
+              .agg(F.count("*").alias("n"), F.sum(F.col("_matched").cast("int")).alias("m"))).collect():
+        d = slot(r.source)
+        d["citances_in_corpus"] = r.n
+        d["citance_section_match_rate"] = round((r.m or 0) / r.n, 4) if r.n else None
+    for src_name, d in per.items():
+        p = parsed.get(src_name, {})
+        # Input records = what the readers produced (a paper or a record reject each), before dedup.
+        d["input_records"] = p.get("paper", 0) + p.get("reject:record", 0)
+        d["check_input_equals_papers_plus_rejects"] = d["input_records"] == d["papers_corpus"] + d["record_rejects"]
+        if p.get("citance") or p.get("reject:citance"):
+            d["input_citances"] = p.get("citance", 0) + p.get("reject:citance", 0)
+            d["check_citances"] = d["input_citances"] == d.get("citances_in_corpus", 0) + d.get("citance_rejects", 0)
+        d["resolution_rate"] = round(d["references_resolved"] / d["references"], 4) if d["references"] else None
+    return per
+
+
+def _count_key(rec):
+    kind, d = rec
+    if kind == "reject":
+        return (d.get("source"), "reject:" + d.get("level", "record"))
+    return (d.get("source"), kind)
+
+
+def raw_counts(raw) -> dict:
+    """Records as parsed, before dedup and joins: {source: {paper, citance, reject:record, ...}}."""
+    out: dict = {}
+    pairs = (raw.filter(lambda r: r[0] in ("paper", "citance", "reject")).map(lambda r: (_count_key(r), 1))
+             .reduceByKey(lambda a, b: a + b).collect())
+    for (src, kind), n in pairs:
+        out.setdefault(src, {})[kind] = n
+    return out
+
+
+def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
+    from pyspark import StorageLevel
+
+    t0 = time.time()
+    if not cfg.inputs:
+        raise UserError("ingest has no inputs; list at least one {path, format, source} in [ingest] inputs")
+    for spec in cfg.inputs:
+        resolve_input_path(spec.get("path", ""))
+    spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
+    raw = read_inputs(spark, cfg.inputs).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        t = build_tables(spark, raw)
+        for name in ("papers", "references", "mentions"):
+            t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
+        t["corpus"] = t["corpus"].persist(StorageLevel.MEMORY_AND_DISK)
+        root = Path(layout.root)
+        root.mkdir(parents=True, exist_ok=True)
+        for name in ("papers", "references", "mentions", "rejects"):
+            write_spark_table(t[name], layout.table(name), name, partitions=cfg.output_partitions)
+        per_source = summarise(t, raw_counts(raw))
+    finally:
+        raw.unpersist()
+    bad = {s: d for s, d in per_source.items()
+           if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
+    summary = {"per_source": per_source, "check_input_equals_papers_plus_rejects": not bad,
+               "seconds": round(time.time() - t0, 2), "config": asdict(cfg)}
+    tmp = layout.ingest_summary.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(layout.ingest_summary)
+    return summary

@@ -1,0 +1,30 @@
+"""Input readers: bytes of one input file -> `(kind, dict)` records matching importance.contracts.
+
+Pure Python (lxml, csv, json), so they run on Spark executors and in tests without Spark.
+`parse_file(fmt, source, path, data)` dispatches on the format name used by IngestConfig.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from importance.readers import jats, pubmed_csv, scisummnet
+from importance.readers.common import BadRecord, reject
+
+FORMATS = {"jats": jats.parse, "scisummnet": scisummnet.parse, "pubmed_csv": pubmed_csv.parse}
+# Which file names each format reads inside an input folder (Hadoop glob syntax).
+GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,json,json.gz}",
+         "pubmed_csv": "*.{csv,csv.gz}"}
+
+
+def parse_file(fmt: str, source: str, path: str, data: bytes) -> Iterator[tuple[str, dict]]:
+    """Parse one file; any failure of the whole file becomes one reject record, never an exception."""
+    try:
+        yield from FORMATS[fmt](path, data, source)
+    except BadRecord as e:
+        yield reject(path, _file_record_id(path), str(e), source)
+    except Exception as e:  # a parser bug or odd input must not kill the whole job
+        yield reject(path, _file_record_id(path), f"unreadable: {type(e).__name__}: {e}"[:500], source)
+
+
+def _file_record_id(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]

@@ -1,0 +1,181 @@
+"""JATS / NLM article XML (eLife, PMC .nxml) -> one paper, its reference list and in-text mentions.
+
+paper_id = doi:<lowercased DOI>, else pmid:<PMID>, else pmc:<PMCID>. Mentions are every
+xref[@ref-type="bibr"] inside <body>; a space-separated rid gives one mention per id. Each mention
+carries its top-level section (nested sections inherit it): title, sec-type, class and the index of
+that section among the body's top-level blocks. Content placed directly under <body> (PMC articles
+with an untitled introduction) forms an untitled pseudo-section.
+"""
+from __future__ import annotations
+
+from lxml import etree
+
+from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
+                                       norm_doi, norm_title, parse_year)
+from importance.sections import classify_section
+
+_STRICT = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
+
+
+def parse_xml(data: bytes, root_tag: str):
+    """Strict parse; on failure a lenient (recover=True) one. A truncated document is rejected
+    rather than recovered, because recovery would silently drop its reference list."""
+    try:
+        return etree.fromstring(data, etree.XMLParser(**_STRICT))
+    except etree.XMLSyntaxError as e:
+        msg = str(e)
+        tail = data.rstrip()[-64:]
+        if b"</" + root_tag.encode() not in tail:
+            raise BadRecord(f"truncated XML (no closing </{root_tag}>): {msg}") from None
+        root = etree.fromstring(data, etree.XMLParser(recover=True, **_STRICT))
+        if root is None:
+            raise BadRecord(f"malformed XML: {msg}") from None
+        return root
+
+
+def _text(el) -> str | None:
+    return clean_ws("".join(el.itertext())) if el is not None else None
+
+
+def _abstract_text(el) -> str | None:
+    """Paragraph text without eLife's object-id and trailing "DOI: ..." paragraph."""
+    paras = [p for p in el.iter("p")] or [el]
+    parts = []
+    for p in paras:
+        t = clean_ws("".join(x for x in p.xpath(".//text()[not(ancestor::object-id)]")))
+        if t and not t.startswith("DOI:"):
+            parts.append(t)
+    return clean_ws(" ".join(parts))
+
+
+def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
+    data = decompress(path, data)
+    root = parse_xml(data, "article")
+    if root.tag != "article":
+        raise BadRecord(f"not a JATS article (root element <{root.tag}>)")
+    meta = root.find("front/article-meta")
+    if meta is None:
+        raise BadRecord("JATS article without front/article-meta")
+    ids = {}
+    for aid in meta.findall("article-id"):
+        kind = (aid.get("pub-id-type") or "").lower()
+        if aid.text and aid.text.strip():
+            ids.setdefault(kind, aid.text.strip())
+    doi = norm_doi(ids.get("doi"))
+    pmid = ids.get("pmid")
+    pmc = ids.get("pmc") or ids.get("pmcid")
+    if doi:
+        paper_id = f"doi:{doi}"
+    elif pmid:
+        paper_id = f"pmid:{pmid}"
+    elif pmc:
+        paper_id = f"pmc:{pmc.lower().removeprefix('pmc')}"
+    else:
+        raise BadRecord("JATS article without DOI, PMID or PMC id")
+    alt_ids = sorted({x for x in (f"doi:{doi}" if doi else None, f"pmid:{pmid}" if pmid else None,
+                                  f"pmc:{pmc.lower().removeprefix('pmc')}" if pmc else None) if x})
+
+    title = _text(meta.find("title-group/article-title"))
+    abstracts = meta.findall("abstract")
+    plain = [a for a in abstracts if not a.get("abstract-type")]
+    abstract = _abstract_text((plain or abstracts)[0]) if abstracts else None
+
+    authors = []
+    for contrib in meta.iter("contrib"):
+        if contrib.get("contrib-type") != "author":
+            continue
+        name = contrib.find("name")
+        if name is None:
+            continue
+        orcid = None
+        for cid in contrib.iter("contrib-id", "uri"):
+            if (cid.get("contrib-id-type") or cid.get("content-type") or "").lower() == "orcid":
+                orcid = _text(cid)
+        authors.append(author(_text(name.find("surname")), _text(name.find("given-names")), orcid))
+
+    year = None
+    dates = meta.findall("pub-date")
+    pref = sorted(dates, key=lambda d: 0 if (d.get("pub-type") in ("epub", "ppub") or d.get("date-type") == "pub") else 1)
+    for d in pref:
+        year = parse_year(_text(d.find("year")))
+        if year:
+            break
+    venue = _text(root.find("front/journal-meta/journal-title-group/journal-title")) or \
+        _text(root.find("front/journal-meta/journal-title"))
+    fields = []
+    for sg in meta.iter("subj-group"):
+        if sg.get("subj-group-type") == "heading":
+            fields.extend(s for s in (_text(x) for x in sg.findall("subject")) if s)
+
+    out: list[tuple[str, dict]] = [(PAPER, {
+        "paper_id": paper_id, "title": title, "abstract": abstract, "authors": authors, "year": year,
+        "venue": venue, "fields": fields, "mesh": [], "source": source, "has_fulltext": True,
+        "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": alt_ids})]
+
+    seen = set()
+    for ref in root.iter("ref"):
+        key = ref.get("id")
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        cit = None
+        for tag in ("element-citation", "mixed-citation", "citation", "nlm-citation"):
+            cit = ref.find(f".//{tag}")
+            if cit is not None:
+                break
+        if cit is None:
+            cit = ref
+        rdoi = rpmid = None
+        for pid in cit.iter("pub-id"):
+            t = (pid.get("pub-id-type") or "").lower()
+            if t == "doi" and not rdoi:
+                rdoi = norm_doi(pid.text)
+            elif t == "pmid" and not rpmid and pid.text and pid.text.strip().isdigit():
+                rpmid = pid.text.strip()
+        if not rdoi:  # eLife's older XML puts the DOI in an ext-link (text first: hrefs can be stale)
+            for link in cit.iter("ext-link"):
+                rdoi = norm_doi(link.text) or norm_doi(link.get("{http://www.w3.org/1999/xlink}href"))
+                if rdoi:
+                    break
+        rtitle = _text(cit.find(".//article-title")) or _text(cit.find(".//chapter-title"))
+        if not rtitle and (cit.get("publication-type") or "") in ("book", "thesis", "report", "software", "data"):
+            rtitle = _text(cit.find("source"))
+        group = None
+        for pg in cit.iter("person-group"):
+            if (pg.get("person-group-type") or "author") == "author":
+                group = pg
+                break
+        rauthors = [author(_text(n.find("surname")), _text(n.find("given-names")))
+                    for n in (group if group is not None else cit).iter("name")]
+        out.append((REF, {
+            "citing_id": paper_id, "ref_key": key, "title": rtitle, "authors": rauthors,
+            "year": parse_year(_text(cit.find(".//year"))), "doi": rdoi, "pmid": rpmid,
+            "hint_id": None, "title_norm": norm_title(rtitle), "source_file": path}))
+
+    body = root.find("body")
+    if body is not None:
+        blocks = []  # (title, sec_type, element list)
+        loose = None
+        for child in body:
+            if not isinstance(child.tag, str):
+                continue
+            if child.tag == "sec":
+                loose = None
+                blocks.append((_text(child.find("title")), child.get("sec-type"), [child]))
+            else:
+                if loose is None:
+                    loose = (None, None, [])
+                    blocks.append(loose)
+                loose[2].append(child)
+        for pos, (stitle, stype, els) in enumerate(blocks):
+            cls = classify_section(stype, stitle, pos)
+            for el in els:
+                for x in el.iter("xref"):
+                    if x.get("ref-type") != "bibr":
+                        continue
+                    for rid in (x.get("rid") or "").split():
+                        out.append((MENTION, {
+                            "citing_id": paper_id, "ref_key": rid, "section_title": stitle,
+                            "section_type": stype, "section_class": cls, "position": pos,
+                            "source_file": path}))
+    return out

@@ -1,0 +1,71 @@
+"""Reference resolution: match reference-list entries to corpus papers (Spark joins, no collect).
+
+Keys, in priority order: DOI, PMID, a known paper id (ScisummNet citances name the cited ACL id),
+normalised title + year. A key shared by several corpus papers resolves to the smallest paper_id.
+Unresolved references still get a cited_id: doi:<doi>, else pmid:<pmid>, else
+ref:<first 16 hex of sha1(normalised title|year)>, and become title-only `papers` rows
+(has_fulltext = false, source = the citing paper's source). A reference with neither an id nor a
+title is rejected ("reference without any id or title").
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+NO_ID_REASON = "reference without any id or title"
+
+
+def corpus_keys(papers: DataFrame) -> DataFrame:
+    """(key, paper_id) for every corpus paper: its ids and its title|year key."""
+    ids = papers.select(F.explode(F.array_union(F.array("paper_id"), F.coalesce("alt_ids", F.array().cast("array<string>")))).alias("key"),
+                        "paper_id")
+    ty = papers.where(F.col("title_norm").isNotNull() & F.col("year").isNotNull()).select(
+        F.concat(F.lit("ty:"), "title_norm", F.lit("|"), F.col("year").cast("string")).alias("key"), "paper_id")
+    return ids.unionByName(ty).groupBy("key").agg(F.min("paper_id").alias("paper_id"))
+
+
+def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Return (references with cited_id and `resolved` flag, title-only papers, rejects).
+
+    refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
+    title_norm, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source).
+    """
+    keys = corpus_keys(papers)
+    cand = refs.select("citing_id", "ref_key", F.explode(F.array(
+        F.struct(F.lit(1).alias("prio"), F.concat(F.lit("doi:"), "doi").alias("key")),
+        F.struct(F.lit(2).alias("prio"), F.concat(F.lit("pmid:"), "pmid").alias("key")),
+        F.struct(F.lit(3).alias("prio"), F.col("hint_id").alias("key")),
+        F.struct(F.lit(4).alias("prio"), F.concat(F.lit("ty:"), "title_norm", F.lit("|"),
+                                                  F.col("year").cast("string")).alias("key")),
+    )).alias("c")).where(F.col("c.key").isNotNull()).select("citing_id", "ref_key", "c.prio", "c.key")
+    hits = (cand.join(keys, "key").where(F.col("paper_id") != F.col("citing_id"))
+            .groupBy("citing_id", "ref_key")
+            .agg(F.min_by("paper_id", F.struct("prio", "paper_id")).alias("resolved_id")))
+    r = refs.join(hits, ["citing_id", "ref_key"], "left")
+    fallback = F.when(F.col("title_norm").isNotNull(), F.concat(F.lit("ref:"), F.substring(
+        F.sha1(F.concat("title_norm", F.lit("|"), F.coalesce(F.col("year").cast("string"), F.lit("")))), 1, 16)))
+    r = r.withColumn("cited_id", F.coalesce("resolved_id", F.concat(F.lit("doi:"), "doi"),
+                                             F.concat(F.lit("pmid:"), "pmid"), fallback))
+    r = r.withColumn("resolved", F.col("resolved_id").isNotNull())
+    bad = r.where(F.col("cited_id").isNull())
+    src = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"))
+    rejects = bad.join(src, "citing_id", "left").select(
+        "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("resolve").alias("stage"),
+        F.lit(NO_ID_REASON).alias("reason"), F.col("citing_source").alias("source"), F.lit("item").alias("level"))
+    good = r.where(F.col("cited_id").isNotNull())
+    title_only = title_only_papers(good.where(~F.col("resolved")).join(src, "citing_id"))
+    return good, title_only, rejects
+
+
+def title_only_papers(unresolved: DataFrame) -> DataFrame:
+    """One papers row per unresolved cited_id; metadata from its first reference that has a title
+    (order: has title, citing_id, ref_key), so the choice is deterministic."""
+    order = F.struct(F.col("title").isNull().alias("no_title"), "citing_id", "ref_key")
+    return unresolved.groupBy("cited_id").agg(
+        F.min_by("title", order).alias("title"), F.min_by("authors", order).alias("authors"),
+        F.min_by("year", order).alias("year"), F.min_by("citing_source", order).alias("source"),
+        F.min_by("title_norm", order).alias("title_norm"),
+    ).select(F.col("cited_id").alias("paper_id"), "title", F.lit(None).cast("string").alias("abstract"),
+             "authors", "year", F.lit(None).cast("string").alias("venue"),
+             F.array().cast("array<string>").alias("fields"), F.lit(None).alias("mesh"), "source",
+             F.lit(False).alias("has_fulltext"), F.lit(None).cast("string").alias("source_file"), "title_norm")

@@ -1,0 +1,143 @@
+"""Section classification: JATS sec-type, then heading rules, then position (METHODS.md §1).
+
+Classes: I (introduction/background/related work), M (methods), R (results), D (discussion,
+conclusion), O (anything else). Nested sections inherit their top-level section's class; readers
+pass the top-level section here.
+
+Decision on combined headings: a mention has one section_class, so "Results and discussion" counts
+as R. The rule is "leftmost keyword wins within a heading" (ties: the longer keyword, then rule
+order), so "Results and discussion" -> R, "Discussion and conclusions" -> D, "Methods and results"
+-> M, "Experimental setup" -> M but "Experimental results" -> R (longer match at the same place).
+JATS sec-type "results|discussion" follows the same decision: the first listed type that maps wins.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Iterable
+
+CLASSES = ("I", "M", "R", "D", "O")
+
+# JATS sec-type values (lowercase) -> class. Unknown types fall through to the heading rules.
+SEC_TYPES = {
+    "intro": "I", "introduction": "I", "background": "I",
+    "methods": "M", "materials": "M", "subjects": "M", "materials|methods": "M",
+    "results": "R", "cases": "R", "case": "R",
+    "discussion": "D", "conclusions": "D", "conclusion": "D",
+    "supplementary-material": "O", "additional-information": "O", "datasets": "O",
+    "display-objects": "O", "abbreviations": "O", "acknowledgments": "O", "funding": "O",
+}
+
+# (class, keyword regex) in rule order; matched against the normalised heading.
+HEADING_RULES: list[tuple[str, str]] = [
+    ("O", r"acknowledg\w*|funding|abbreviations?|supplementa\w*|appendix|appendices|references|"
+          r"author contributions?|competing interests?|conflicts? of interest|data availability|"
+          r"abstract|figure legends?|supporting information"),
+    ("I", r"introduction|background|related work|related research|previous work|prior work|"
+          r"literature review|literature|motivation|overview|state of the art"),
+    ("R", r"experimental results?|results?|findings|error analysis|case reports?|case presentation"),
+    ("D", r"discussion|conclusions?|concluding remarks|summary|future work|future directions|"
+          r"limitations|outlook|implications"),
+    ("M", r"materials?|methods?|methodology|experimental (?:setup|set-up|settings?|design|procedures?|details)|"
+          r"procedures?|study design|study population|participants|patients|subjects|"
+          r"statistical analys[ie]s|data collection|data sets?|datasets?|corpus|corpora|"
+          r"implementation|setup|model|models|algorithm|approach|framework|system|architecture|"
+          r"training|features?"),
+    ("R", r"experiments?|evaluation|analysis|comparison|performance"),
+]
+_COMPILED = [(cls, order, re.compile(r"\b(?:" + pat + r")\b")) for order, (cls, pat) in enumerate(HEADING_RULES)]
+# Leading numbering: "1", "2.3.", "IV.", "A." (roman/alpha only when followed by a dot or bracket).
+_NUMBERING = re.compile(r"^\s*(?:(?:\d+(?:\.\d+)*|[ivxlc]+|[a-z])[.)]|\d+(?:\.\d+)*)\s*", re.I)
+
+
+def normalise_heading(title: str | None) -> str:
+    if not title:
+        return ""
+    t = _NUMBERING.sub("", title.strip())
+    t = re.sub(r"[^\w\s-]", " ", t.lower())
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def class_from_sec_type(sec_type: str | None) -> str | None:
+    if not sec_type:
+        return None
+    whole = SEC_TYPES.get(sec_type.strip().lower())
+    if whole:
+        return whole
+    for part in sec_type.lower().split("|"):
+        cls = SEC_TYPES.get(part.strip())
+        if cls:
+            return cls
+    return None
+
+
+def class_from_heading(title: str | None) -> str | None:
+    """Leftmost keyword match wins (ties: longer keyword, then earlier rule); None if no rule fires."""
+    t = normalise_heading(title)
+    if not t:
+        return None
+    best = None
+    for cls, order, rx in _COMPILED:
+        m = rx.search(t)
+        if m:
+            key = (m.start(), -(m.end() - m.start()), order)
+            if best is None or key < best[0]:
+                best = (key, cls)
+    return best[1] if best else None
+
+
+def classify_section(sec_type: str | None, title: str | None, position: int | None) -> str:
+    """sec-type first, then heading rules, then position (an untitled first section is I), else O."""
+    cls = class_from_sec_type(sec_type) or class_from_heading(title)
+    if cls:
+        return cls
+    if not (title or "").strip() and position == 0:
+        return "I"
+    return "O"
+
+
+def macro_f1(truth: Iterable[str], pred: Iterable[str], classes: Iterable[str] = CLASSES) -> dict:
+    """Macro-F1 over the classes that occur in truth or prediction, plus per-class F1 and counts."""
+    pairs = list(zip(truth, pred))
+    tp, fp, fn = Counter(), Counter(), Counter()
+    for t, p in pairs:
+        if t == p:
+            tp[t] += 1
+        else:
+            fp[p] += 1
+            fn[t] += 1
+    per = {}
+    for c in classes:
+        if tp[c] + fp[c] + fn[c] == 0:
+            continue
+        prec = tp[c] / (tp[c] + fp[c]) if tp[c] + fp[c] else 0.0
+        rec = tp[c] / (tp[c] + fn[c]) if tp[c] + fn[c] else 0.0
+        per[c] = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    return {"n": len(pairs), "macro_f1": sum(per.values()) / len(per) if per else float("nan"),
+            "per_class_f1": per, "accuracy": sum(tp.values()) / len(pairs) if pairs else float("nan")}
+
+
+def heading_rules_vs_sec_type(articles: Iterable[bytes]) -> dict:
+    """Score the heading rules against JATS sec-type labels on top-level titled sections.
+
+    `articles` are JATS XML documents (bytes, already decompressed). Only sections whose sec-type
+    maps to a class and that carry a title are scored; an unmatched heading is predicted O.
+    """
+    from lxml import etree
+
+    truth, pred = [], []
+    parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True, load_dtd=False)
+    for data in articles:
+        root = etree.fromstring(data, parser)
+        if root is None:
+            continue
+        for body in root.iter("body"):
+            for sec in body.findall("sec"):
+                t = class_from_sec_type(sec.get("sec-type"))
+                title_el = sec.find("title")
+                title = "".join(title_el.itertext()) if title_el is not None else ""
+                if t and title.strip():
+                    truth.append(t)
+                    pred.append(class_from_heading(title) or "O")
+            break
+    return macro_f1(truth, pred)

@@ -1,0 +1,153 @@
+"""SparkSession creation with a Java check, and Arrow -> Spark schema conversion.
+
+Executors import the pure-Python `importance` package (readers, sections). In local mode the repo
+root is put on PYTHONPATH and the driver's interpreter is used for workers; on a cluster
+(non-local master) the package is zipped and shipped with addPyFile.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+
+from importance.contracts import SCHEMAS
+from importance.runtime import UserError
+
+JAVA_MISSING = ("Java 17 is required for the Spark stages but was not found; install it "
+                "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME.")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_java() -> str:
+    """Path of a working `java`, else UserError."""
+    home = os.environ.get("JAVA_HOME")
+    java = None
+    if home and (Path(home) / "bin" / "java").is_file():
+        java = str(Path(home) / "bin" / "java")
+    else:
+        java = shutil.which("java")
+    if not java:
+        raise UserError(JAVA_MISSING)
+    try:
+        subprocess.run([java, "-version"], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        raise UserError(JAVA_MISSING) from None
+    return java
+
+
+def _under_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands its gateway port to the Python driver.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _ship_package(spark) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="sciencemap-py-"))
+    zpath = tmp / "importance.zip"
+    with zipfile.ZipFile(zpath, "w") as z:
+        for f in (REPO_ROOT / "importance").rglob("*.py"):
+            z.write(f, f.relative_to(REPO_ROOT).as_posix())
+    spark.sparkContext.addPyFile(str(zpath))
+
+
+def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory: str = "2g",
+              shuffle_partitions: int = 8):
+    """Return the active SparkSession or build one (local[2] unless spark-submit set a master)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    check_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    pp = os.environ.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in pp.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), pp) if x)
+    b = SparkSession.builder.appName(app)
+    if master:
+        b = b.master(master)
+    elif not _under_spark_submit():
+        b = b.master("local[2]")
+    if not _under_spark_submit():
+        b = b.config("spark.driver.memory", driver_memory)
+    b = (b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+          .config("spark.ui.enabled", "false")
+          .config("spark.ui.showConsoleProgress", "false")
+          # many small input folders: list them on the driver instead of a Spark job per load
+          .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
+          .config("spark.sql.session.timeZone", "UTC")
+          .config("spark.sql.adaptive.enabled", "true")
+          .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
+    try:
+        spark = b.getOrCreate()
+    except Exception as e:  # JVM failed to start: still one sentence for the user
+        if "JAVA" in str(e).upper():
+            raise UserError(JAVA_MISSING) from None
+        raise
+    spark.sparkContext.setLogLevel("ERROR")
+    if not spark.sparkContext.master.startswith("local"):
+        _ship_package(spark)
+    return spark
+
+
+def arrow_to_spark_type(t: pa.DataType):
+    from pyspark.sql import types as T
+
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return T.StringType()
+    if pa.types.is_int64(t):
+        return T.LongType()
+    if pa.types.is_int32(t):
+        return T.IntegerType()
+    if pa.types.is_int16(t):
+        return T.ShortType()
+    if pa.types.is_float64(t):
+        return T.DoubleType()
+    if pa.types.is_float32(t):
+        return T.FloatType()
+    if pa.types.is_boolean(t):
+        return T.BooleanType()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return T.ArrayType(arrow_to_spark_type(t.value_type), True)
+    if pa.types.is_struct(t):
+        return T.StructType([T.StructField(f.name, arrow_to_spark_type(f.type), True) for f in t])
+    raise TypeError(f"no Spark type for Arrow type {t}")
+
+
+def to_spark_schema(arrow_schema: pa.Schema | str):
+    """Spark StructType for an Arrow schema or a contract table name (contracts.SCHEMAS)."""
+    from pyspark.sql import types as T
+
+    if isinstance(arrow_schema, str):
+        arrow_schema = SCHEMAS[arrow_schema]
+    return T.StructType([T.StructField(f.name, arrow_to_spark_type(f.type), True) for f in arrow_schema])
+
+
+def write_spark_table(df, dest, name: str | None = None, partitions: int | None = None):
+    """Write a DataFrame as a Parquet directory atomically (temp dir, then rename into place).
+
+    With `name`, columns are selected and cast to the contract schema first."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from importance.runtime import replace_dir
+
+    dest = Path(dest)
+    if name is not None:
+        schema = to_spark_schema(name)
+        df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    if partitions:
+        df = df.coalesce(partitions)
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    df.write.mode("overwrite").parquet(str(tmp))
+    replace_dir(tmp, dest)
+    return dest

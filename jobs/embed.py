@@ -1,0 +1,41 @@
+"""Embed a run's papers into resumable shards: python jobs/embed.py --run runs/x [--model minilm]."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from importance.contracts import RunLayout  # noqa: E402
+from importance.runtime import config_from, load_toml, require_dir, run_cli  # noqa: E402
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--run", required=True, help="run directory (holds papers/ and, by default, model/)")
+    ap.add_argument("--config", help="TOML file; its [embed] section fills EmbedConfig")
+    ap.add_argument("--model", help="default: the run's trained model; or 'minilm' or a local directory")
+    ap.add_argument("--pooling", choices=["mean", "cls"])
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--max-length", type=int)
+    ap.add_argument("--dtype", choices=["float32", "float16"])
+    ap.add_argument("--shard-size", type=int)
+    ap.add_argument("--device", help="auto (default), cpu or cuda")
+    ap.add_argument("--restart", action="store_true", default=None,
+                    help="discard existing shards instead of resuming")
+    args = ap.parse_args(argv)
+
+    from encoders.embed import EmbedConfig, run_embed
+
+    cfg = config_from(EmbedConfig, load_toml(args.config).get("embed"), model=args.model,
+                      pooling=args.pooling, batch_size=args.batch_size, max_length=args.max_length,
+                      dtype=args.dtype, shard_size=args.shard_size, device=args.device,
+                      restart=args.restart)
+    layout = RunLayout(require_dir(args.run, "run directory"))
+    summary = run_embed(cfg, layout)
+    summary["skipped_papers"] = summary["skipped_papers"][:10]
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,329 @@
+"""Layout + rendering stage: `topics` table, a Datashader PNG and an interactive Bokeh HTML map.
+
+run_render:
+1. picks the map resolution (`map_resolution`, default: the middle one of the clustered ones),
+2. topic vectors (mean of member vectors) → UMAP 2-D (mapping.layout), papers around their topic,
+3. overlays for every clustered resolution (mapping.topics); topics at other resolutions are placed
+   at the mean position of their papers on the map, so all levels share one coordinate system,
+4. writes `topics`, `map.png` (all papers, coloured by source, with a legend) and `map.html`.
+
+The HTML is self-contained (Bokeh INLINE resources; the background image is a data: URI), so it
+opens without network access. Strings from the data reach the page only as Bokeh data (hover
+fields, table cells, canvas labels), which BokehJS inserts as text, never as HTML; the tests
+open it in headless Chromium with a `<script>` title to check that.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from importance.contracts import SCHEMAS, RunLayout
+from importance.runtime import UserError, read_table, write_table_atomic
+from mapping.io import l2_normalise, load_embeddings, load_papers
+from mapping.layout import paper_positions, topic_layout
+from mapping.topics import example_titles, topic_overlays, topic_vectors
+
+log = logging.getLogger(__name__)
+
+# Distinct colours (Tableau 10, then a few more) for categories such as `source`.
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+
+
+@dataclass
+class RenderConfig:
+    map_resolution: float = 0.0   # 0 = the middle one of the resolutions in `clusters`
+    width: int = 1200             # map.png size in pixels, legend included
+    height: int = 900
+    legend_width: int = 220
+    layout_method: str = "umap"   # umap | pca
+    n_neighbors: int = 15
+    min_dist: float = 0.1
+    seed: int = 42
+    jitter: float = 0.5           # paper disc radius, in units of the median nearest-topic distance
+    label_words: int = 3
+    examples: int = 3
+    labels_on_map: int = 40       # largest topics get a text label on the HTML map
+    title: str = "Map of science"
+    html_width: int = 1000
+    html_height: int = 750
+
+
+# Cited papers known only from a reference list (no record of their own) are drawn in grey, so
+# that the corpus sources stand out against the much larger cloud of cited titles.
+CITED_ONLY = "cited, title only"
+CITED_ONLY_COLOR = "#c4c4c4"
+
+
+def category_colors(categories) -> dict[str, str]:
+    cats = sorted(set(categories) - {CITED_ONLY})
+    colors = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(cats)}
+    if CITED_ONLY in set(categories):
+        colors[CITED_ONLY] = CITED_ONLY_COLOR
+    return colors
+
+
+def map_categories(meta: pd.DataFrame) -> np.ndarray:
+    """Colour category per paper: its source, or CITED_ONLY for papers without a record of their own."""
+    cats = meta["source"].fillna("unknown").to_numpy(dtype=object)
+    if "source_file" in meta:
+        cats = np.where(meta["source_file"].isna().to_numpy(), CITED_ONLY, cats)
+    return cats
+
+
+def _bounds(x: np.ndarray, y: np.ndarray, margin: float = 0.05):
+    x0, x1 = float(np.min(x)), float(np.max(x))
+    y0, y1 = float(np.min(y)), float(np.max(y))
+    dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    return (x0 - margin * dx, x1 + margin * dx), (y0 - margin * dy, y1 + margin * dy)
+
+
+def shade_points(x, y, category, width: int, height: int, x_range, y_range, colors: dict[str, str]):
+    """Datashader: aggregate points per category and shade; returns a PIL RGBA image.
+
+    Cited-only papers form a grey layer underneath, so the corpus sources are drawn on top of
+    them instead of being blended into a much larger grey count.
+    """
+    import datashader as ds
+    import datashader.transfer_functions as tf
+
+    cvs = ds.Canvas(plot_width=width, plot_height=height, x_range=x_range, y_range=y_range)
+    category = np.asarray(category, dtype=object)
+    layers = []
+    for is_cited in (True, False):
+        sel = (category == CITED_ONLY) == is_cited
+        if not sel.any():
+            continue
+        keys = {c: v for c, v in colors.items() if (c == CITED_ONLY) == is_cited}
+        df = pd.DataFrame({"x": x[sel], "y": y[sel], "c": pd.Categorical(category[sel], categories=sorted(keys))})
+        agg = cvs.points(df, "x", "y", ds.count_cat("c"))
+        img = tf.shade(agg, color_key=keys, how="eq_hist", min_alpha=120 if is_cited else 220)
+        # Single pixels vanish on a 1000-px map: grow every point a little, then more where sparse.
+        layers.append(tf.dynspread(tf.spread(img, px=1), threshold=0.6, max_px=2))
+    return tf.stack(*layers).to_pil()
+
+
+def compose_png(img, counts: dict[str, int], colors: dict[str, str], width: int, height: int,
+                legend_width: int, title: str):
+    """White canvas of exactly width × height: the map on the left, a legend on the right."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    out = Image.new("RGB", (width, height), "white")
+    out.paste(img, (0, 0), img)
+    draw = ImageDraw.Draw(out)
+    try:  # matplotlib ships DejaVu Sans; PIL's built-in bitmap font is the fallback
+        from matplotlib import font_manager
+
+        font = ImageFont.truetype(font_manager.findfont("DejaVu Sans"), 13)
+    except Exception:  # noqa: BLE001
+        font = ImageFont.load_default()
+    x0 = width - legend_width + 12
+    draw.text((x0, 12), title[:40], fill="black", font=font)
+    draw.text((x0, 32), "colour = source", fill="#444444", font=font)
+    yy = 56
+    for cat in colors:
+        draw.rectangle([x0, yy, x0 + 14, yy + 14], fill=colors[cat])
+        draw.text((x0 + 22, yy + 1), f"{cat} ({counts.get(cat, 0):,})"[:32], fill="black", font=font)
+        yy += 22
+        if yy > height - 20:
+            break
+    return out
+
+
+def _linear_colors(values: np.ndarray, palette: list[str], missing: str = "#bbbbbb") -> list[str]:
+    v = np.asarray(values, float)
+    ok = np.isfinite(v)
+    out = np.full(len(v), missing, dtype=object)
+    if ok.any():
+        lo, hi = np.nanmin(v[ok]), np.nanmax(v[ok])
+        idx = np.zeros(ok.sum(), int) if hi == lo else ((v[ok] - lo) / (hi - lo) * (len(palette) - 1)).round().astype(int)
+        out[ok] = np.asarray(palette, dtype=object)[idx]
+    return list(out)
+
+
+def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: bytes, x_range, y_range,
+               cfg: RenderConfig) -> str:
+    """Self-contained Bokeh document: background image, topic circles + hover, colour selector, table."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.models import (ColumnDataSource, CustomJS, DataTable, HoverTool, LabelSet, NumberFormatter,
+                              Select, TableColumn)
+    from bokeh.palettes import Viridis256
+    from bokeh.plotting import figure
+    from bokeh.resources import INLINE
+
+    t = topics.reset_index(drop=True)
+    fields = list(t["main_field"].fillna(""))
+    top_fields = pd.Series(fields).value_counts().index[:len(PALETTE) - 1]
+    fcol = {f: PALETTE[i] for i, f in enumerate(top_fields)}
+    c_field = [fcol.get(f, "#7f7f7f") for f in fields]
+    c_year = _linear_colors(t["mean_year"].to_numpy(), list(Viridis256))
+    c_inter = _linear_colors(t["interdisciplinarity"].to_numpy(), list(Viridis256))
+    size = t["size"].to_numpy(float)
+    msize = 6 + 34 * np.sqrt(size / max(size.max(), 1))
+    fmt = lambda a: ["" if not np.isfinite(v) else f"{v:.1f}" for v in np.asarray(a, float)]  # noqa: E731
+    data = {
+        "x": t["x"].astype(float).tolist(), "y": t["y"].astype(float).tolist(),
+        "msize": msize.tolist(), "label": t["label"].fillna("").tolist(), "size": t["size"].astype(int).tolist(),
+        "main_field": fields, "mean_year": fmt(t["mean_year"]), "inter": fmt(t["interdisciplinarity"]),
+        "examples": [" | ".join(e) for e in examples],
+        "c_field": c_field, "c_year": c_year, "c_inter": c_inter, "color": list(c_field),
+    }
+    src = ColumnDataSource(data)
+    p = figure(width=cfg.html_width, height=cfg.html_height, x_range=x_range, y_range=y_range,
+               tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", title=cfg.title)
+    p.image_url(url=["data:image/png;base64," + base64.b64encode(background_png).decode()],
+                x=x_range[0], y=y_range[1], w=x_range[1] - x_range[0], h=y_range[1] - y_range[0], anchor="top_left")
+    circles = p.scatter("x", "y", size="msize", source=src, fill_color="color", fill_alpha=0.45,
+                        line_color="#333333", line_alpha=0.6)
+    # Field values in tuple tooltips are inserted as text by BokehJS (no "{safe}" anywhere).
+    p.add_tools(HoverTool(renderers=[circles], tooltips=[
+        ("topic", "@label"), ("papers", "@size"), ("main field", "@main_field"), ("mean year", "@mean_year"),
+        ("interdisciplinarity", "@inter"), ("examples", "@examples")]))
+    n_lab = min(cfg.labels_on_map, len(t))
+    big = np.argsort(-size, kind="stable")[:n_lab]
+    lab_src = ColumnDataSource({"x": [data["x"][i] for i in big], "y": [data["y"][i] for i in big],
+                                "label": [data["label"][i] for i in big]})
+    p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size="9pt",
+                          text_color="#111111", background_fill_color="white", background_fill_alpha=0.6,
+                          x_offset=4, y_offset=4))
+    p.xaxis.visible = p.yaxis.visible = False
+    p.grid.visible = False
+    select = Select(title="Colour topics by", value="c_field",
+                    options=[("c_field", "main field"), ("c_year", "mean year"), ("c_inter", "interdisciplinarity")])
+    select.js_on_change("value", CustomJS(args={"src": src}, code="""
+        const d = Object.assign({}, src.data);
+        d.color = d[cb_obj.value];
+        src.data = d;
+    """))
+    table = DataTable(source=src, width=cfg.html_width, height=260, index_position=None, columns=[
+        TableColumn(field="label", title="topic", width=360), TableColumn(field="size", title="papers", width=70),
+        TableColumn(field="main_field", title="main field", width=200),
+        TableColumn(field="mean_year", title="mean year", width=80),
+        TableColumn(field="inter", title="interdisciplinarity", width=110)])
+    return file_html(column(select, p, table), resources=INLINE, title=cfg.title)
+
+
+def _write_bytes_atomic(dest: Path, data: bytes) -> None:
+    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+
+
+def choose_resolution(available: list[float], wanted: float) -> float:
+    available = sorted(available)
+    if not available:
+        raise UserError("the clusters table is empty; re-run the cluster stage")
+    if wanted <= 0:
+        return available[(len(available) - 1) // 2]
+    for r in available:
+        if abs(r - wanted) <= 1e-12 * max(1.0, abs(wanted)):
+            return r
+    raise UserError(f"map_resolution {wanted} was not clustered; use one of {available} or add it to [cluster] resolutions")
+
+
+def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ids, X = load_embeddings(layout)
+    X = l2_normalise(X)
+    cl = read_table(layout.table("clusters")).to_pandas()
+    papers = load_papers(layout, ["paper_id", "title", "year", "fields", "source", "has_fulltext", "source_file"])
+    timings["load_s"] = time.perf_counter() - t0
+    res_list = sorted(cl["resolution"].unique().tolist())
+    map_res = choose_resolution(res_list, cfg.map_resolution)
+
+    # Papers on the map = clustered papers that have a vector; papers table gives their metadata.
+    pid = pd.Index(ids)
+    papers = papers.drop_duplicates("paper_id").set_index("paper_id")
+    base = cl[cl["resolution"] == map_res]
+    base = base[pid.get_indexer(base["paper_id"]) >= 0].reset_index(drop=True)
+    if base.empty:
+        raise UserError("no clustered paper has an embedding; re-run knn and cluster on this run's embeddings")
+    order_ids = base["paper_id"].to_numpy(dtype=object)
+    Xm = X[pid.get_indexer(order_ids)]
+    meta = papers.reindex(order_ids)
+    missing_meta = int(meta["source"].isna().sum())
+    meta["source"] = meta["source"].fillna("unknown")
+    meta = meta.reset_index()
+
+    t1 = time.perf_counter()
+    labels_map = base["cluster"].to_numpy(np.int64)
+    tv = topic_vectors(Xm, labels_map)
+    txy = topic_layout(tv, cfg.layout_method, cfg.seed, cfg.n_neighbors, cfg.min_dist)
+    tsize = np.bincount(labels_map, minlength=len(tv))
+    pxy = paper_positions(order_ids, labels_map, txy, tsize, cfg.jitter, cfg.seed)
+    timings["layout_s"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    rows = []
+    map_topics, map_examples = None, None
+    for r in res_list:
+        sub = cl[cl["resolution"] == r].set_index("paper_id")["cluster"].reindex(order_ids)
+        lab = sub.fillna(-1).to_numpy(np.int64)
+        keep = lab >= 0
+        lab_k = lab[keep]
+        # dense renumbering keeps the table's cluster ids = the clusters table's ids
+        ov = topic_overlays(meta[keep].reset_index(drop=True), lab_k, cfg.label_words)
+        if r == map_res:
+            xy = txy
+        else:
+            cnt = np.bincount(lab_k, minlength=len(ov))
+            xy = np.column_stack([np.bincount(lab_k, weights=pxy[keep, i], minlength=len(ov)) for i in (0, 1)])
+            xy = xy / np.maximum(cnt, 1)[:, None]
+        ov["x"], ov["y"], ov["resolution"] = xy[:, 0].astype(np.float32), xy[:, 1].astype(np.float32), r
+        ov = ov[ov["size"] > 0]
+        rows.append(ov)
+        if r == map_res:
+            map_topics = ov
+            map_examples = example_titles(list(meta["title"]), Xm, labels_map, tv, cfg.examples)
+    topics = pd.concat(rows, ignore_index=True)
+    write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"), SCHEMAS["topics"])
+    timings["topics_s"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    summary = render_files(layout, pxy, map_categories(meta), map_topics,
+                           [map_examples[c] for c in map_topics["cluster"]], cfg)
+    timings["render_s"] = time.perf_counter() - t3
+    summary.update({"map_resolution": map_res, "papers_on_map": int(len(order_ids)),
+                    "papers_without_metadata": missing_meta, "topics_on_map": int(len(map_topics)),
+                    "topics_rows": int(len(topics)), **{k: round(v, 3) for k, v in timings.items()}})
+    log.info("render: %s", summary)
+    return summary
+
+
+def render_files(layout: RunLayout, pxy: np.ndarray, sources: np.ndarray, map_topics: pd.DataFrame,
+                 examples: list[list[str]], cfg: RenderConfig) -> dict:
+    """Write map.png and map.html from paper positions and the map-resolution topics."""
+    if cfg.width <= cfg.legend_width + 50 or cfg.height < 50:
+        raise UserError(f"map size {cfg.width}x{cfg.height} is too small for a legend of {cfg.legend_width} px")
+    colors = category_colors(sources)
+    counts = pd.Series(sources).value_counts().to_dict()
+    xr, yr = _bounds(pxy[:, 0], pxy[:, 1])
+    mw, mh = cfg.width - cfg.legend_width, cfg.height
+    img = shade_points(pxy[:, 0], pxy[:, 1], sources, mw, mh, xr, yr, colors)
+    png = compose_png(img, counts, colors, cfg.width, cfg.height, cfg.legend_width, cfg.title)
+    buf = io.BytesIO()
+    png.save(buf, format="PNG")
+    _write_bytes_atomic(layout.map_png, buf.getvalue())
+    # The HTML background is the bare datashader image on white (its extent = the plot ranges).
+    from PIL import Image
+
+    bg = Image.new("RGB", img.size, "white")
+    bg.paste(img, (0, 0), img)
+    b2 = io.BytesIO()
+    bg.save(b2, format="PNG")
+    html = build_html(map_topics, examples, b2.getvalue(), xr, yr, cfg)
+    _write_bytes_atomic(layout.map_html, html.encode("utf-8"))
+    return {"png": str(layout.map_png), "html": str(layout.map_html), "html_bytes": len(html),
+            "sources": {k: int(v) for k, v in counts.items()}}

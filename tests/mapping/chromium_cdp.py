@@ -1,0 +1,176 @@
+"""Open a local HTML file in real headless Chromium over the DevTools protocol (--remote-debugging-pipe)
+and collect JavaScript errors (uncaught exceptions, console.error, error log entries).
+
+Chromium reads CDP messages from fd 3 and writes to fd 4, each a JSON object ending in a NUL byte.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The Debian launcher script is fine, but the binary behind it avoids its shell checks.
+if Path("/usr/lib/chromium/chromium").exists():
+    CHROMIUM = "/usr/lib/chromium/chromium"
+
+# All text under the document, descending into shadow roots (BokehJS renders inside them).
+DEEP_TEXT_JS = r"""
+(() => {
+  const out = [];
+  const walk = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) { out.push(node.nodeValue); return; }
+    if (node.nodeType === Node.ELEMENT_NODE && ['SCRIPT', 'STYLE', 'TEMPLATE'].includes(node.tagName)) return;
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const c of node.childNodes) walk(c);
+  };
+  walk(document.documentElement);
+  return out.join("\n");
+})()
+"""
+# Every element tag name (lower case), shadow roots included.
+DEEP_TAGS_JS = r"""
+(() => {
+  const out = [];
+  const walk = (node) => {
+    if (node.nodeType === Node.ELEMENT_NODE) out.push(node.tagName.toLowerCase() + (node.getAttribute('src') ? '[src=' + node.getAttribute('src').slice(0, 20) + ']' : '') + (node.tagName === 'SCRIPT' && node.type !== 'application/json' && node.textContent.includes('__pwned') ? '[pwned]' : ''));
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const c of node.childNodes) walk(c);
+  };
+  walk(document.documentElement);
+  return out;
+})()
+"""
+
+
+class Chromium:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="cdp-")
+        r_in, w_in = os.pipe()    # we write -> chromium fd 3
+        r_out, w_out = os.pipe()  # chromium fd 4 -> we read
+
+        # Move both ends above fd 4 first so that the dup2 calls cannot clobber each other.
+        r_in_hi, w_out_hi = os.dup(r_in), os.dup(w_out)
+        while min(r_in_hi, w_out_hi) <= 4:
+            r_in_hi, w_out_hi = os.dup(r_in_hi), os.dup(w_out_hi)
+        os.close(r_in)
+        os.close(w_out)
+        r_in, w_out = r_in_hi, w_out_hi
+
+        def child_fds():
+            os.dup2(r_in, 3)
+            os.dup2(w_out, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
+             f"--user-data-dir={self.tmp}", "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=child_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if not os.environ.get("CDP_DEBUG") else None)
+        os.close(r_in)
+        os.close(w_out)
+        self.w, self.r = w_in, r_out
+        self.buf = b""
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def _read_message(self, timeout: float) -> dict | None:
+        deadline = time.monotonic() + timeout
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.r], [], [], left)
+            if ready:
+                chunk = os.read(self.r, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed the DevTools pipe")
+                self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
+        self.next_id += 1
+        mid = self.next_id
+        msg = {"id": mid, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._read_message(max(0.0, deadline - time.monotonic()))
+            if m is None:
+                raise TimeoutError(f"no reply to {method}")
+            if m.get("id") == mid:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def pump(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            m = self._read_message(deadline - time.monotonic())
+            if m is not None:
+                self.events.append(m)
+
+    def close(self):
+        try:
+            self.send("Browser.close", timeout=5)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self.w)
+        os.close(self.r)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, settle: float = 1.0,
+              probes: dict[str, str] | None = None) -> dict:
+    """Load file://path; wait until `wait_js` evaluates truthy (or timeout); return
+    {"errors": [...], "text": deep text, "tags": [...], "ready": bool, "pwned": window.__pwned,
+    "probes": {name: value of each probe expression, evaluated in order after loading}}."""
+    c = Chromium()
+    try:
+        target = c.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        sess = c.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for dom in ("Runtime.enable", "Log.enable", "Page.enable"):
+            c.send(dom, session=sess)
+        c.send("Page.navigate", {"url": Path(path).resolve().as_uri()}, session=sess)
+        ready = wait_js is None
+        deadline = time.monotonic() + timeout
+        while not ready and time.monotonic() < deadline:
+            c.pump(0.25)
+            r = c.send("Runtime.evaluate", {"expression": wait_js, "returnByValue": True}, session=sess)
+            ready = bool(r.get("result", {}).get("value"))
+        c.pump(settle)
+
+        def ev(expr):
+            return c.send("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                          session=sess).get("result", {}).get("value")
+
+        probe_values = {k: ev(js) for k, js in (probes or {}).items()}
+        if probes:
+            c.pump(0.5)  # errors raised by the probes' side effects arrive as events
+        text, tags, pwned = ev(DEEP_TEXT_JS), ev(DEEP_TAGS_JS), ev("window.__pwned === undefined ? null : window.__pwned")
+        errors = []
+        for e in c.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                d = p.get("exceptionDetails", {})
+                errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")))
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                errors.append("log: " + p["entry"].get("text", ""))
+        return {"errors": errors, "text": text or "", "tags": tags or [], "ready": ready, "pwned": pwned,
+                "probes": probe_values}
+    finally:
+        c.close()

@@ -1,0 +1,67 @@
+"""Small synthetic runs for the mapping tests: clustered unit vectors + a papers table."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `importance`/`mapping`
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from importance.contracts import SCHEMAS, RunLayout, embeddings_schema
+from importance.runtime import write_table_atomic
+
+WORDS = [["neuron", "cortex", "synapse"], ["protein", "folding", "chaperone"], ["parser", "treebank", "syntax"],
+         ["tumour", "chemotherapy", "oncology"], ["bacteria", "antibiotic", "resistance"], ["galaxy", "stellar", "orbit"]]
+SOURCES = ["elife", "pubmed", "scisummnet"]
+
+
+def clustered_vectors(n_clusters: int, per: int, dim: int, noise: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_clusters, dim))
+    labels = np.repeat(np.arange(n_clusters), per)
+    X = centres[labels] + noise * rng.normal(size=(len(labels), dim))
+    return X.astype(np.float32), labels
+
+
+def write_embeddings(layout: RunLayout, ids, X, shards: int = 2) -> None:
+    layout.embeddings_dir.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(ids)), shards)):
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(X[part].ravel(), pa.float32()), X.shape[1])
+        t = pa.table({"paper_id": pa.array([ids[j] for j in part], pa.string()), "vector": vec},
+                     schema=embeddings_schema(X.shape[1]))
+        pq.write_table(t, layout.embeddings_dir / f"part-{i:05d}.parquet")
+
+
+def make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=None) -> tuple[RunLayout, np.ndarray]:
+    """A run dir with `papers` (titles from cluster-specific words, fields, years, MeSH on the
+    pubmed ones) and embeddings. Returns (layout, true labels)."""
+    layout = RunLayout(root)
+    X, labels = clustered_vectors(n_clusters, per, dim, noise, seed)
+    n = len(labels)
+    ids = [f"p:{i}" for i in range(n)]
+    rng = np.random.default_rng(seed + 1)
+    rows = []
+    for i in range(n):
+        c = labels[i]
+        w = WORDS[c % len(WORDS)]
+        title = f"{w[i % 3]} {w[(i + 1) % 3]} in model {i}"
+        if evil_title and i == 0:
+            title = evil_title
+        src = SOURCES[i % 3]
+        mesh = []
+        if src == "pubmed":
+            mesh = [{"ui": None, "name": f"Topic{c}", "major": True, "tree_numbers": [f"A{c:02d}.001"]},
+                    {"ui": None, "name": f"Topic{c}child", "major": False, "tree_numbers": [f"A{c:02d}.001.{i % 2}"]},
+                    {"ui": None, "name": "Humans", "major": False, "tree_numbers": ["B01.050"]}]
+        rows.append({"paper_id": ids[i], "title": title, "abstract": None, "authors": [], "year": int(2000 + c + rng.integers(0, 3)),
+                     "venue": None, "fields": [f"Field{c % 4}"] + ([f"Field{(c + 1) % 4}"] if i % 5 == 0 else []),
+                     "mesh": mesh, "source": src, "has_fulltext": True,
+                     # every 7th paper is known only as a cited title (no record file of its own)
+                     "source_file": None if i % 7 == 6 else f"{src}/{i}.xml"})
+    write_table_atomic(pa.Table.from_pylist(rows, schema=SCHEMAS["papers"]), layout.table("papers"))
+    write_embeddings(layout, ids, X)
+    return layout, labels
+
