@@ -1,0 +1,129 @@
+"""The whole pipeline on a small slice of the embedded sample, run the way a user runs it
+(a subprocess of jobs/pipeline.py), plus the one-sentence errors users can cause."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+RESOLUTIONS = [0.001, 0.01]
+
+
+def _slice_of_sample(dest: Path) -> Path:
+    """30 eLife articles, 40 ScisummNet papers (sorted ids: linked ones share prefixes), PubMed dev CSV."""
+    for sub in ("elife", "scisummnet", "pubmed"):
+        (dest / sub).mkdir(parents=True)
+    for f in sorted((REPO / "sample/elife").glob("*.xml.gz"))[:30]:
+        shutil.copy(f, dest / "elife" / f.name)
+    for d in sorted((REPO / "sample/scisummnet").iterdir())[:40]:
+        shutil.copytree(d, dest / "scisummnet" / d.name)
+    shutil.copy(REPO / "sample/pubmed/dev-data-small.csv.gz", dest / "pubmed")
+    return dest
+
+
+def _run(args, env=None, timeout=900):
+    return subprocess.run([PY, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    data = _slice_of_sample(base / "data")
+    config = base / "small.toml"
+    config.write_text(f"""
+[ingest]
+inputs = [
+  {{ path = "{data / 'elife'}", format = "jats", source = "elife" }},
+  {{ path = "{data / 'scisummnet'}", format = "scisummnet", source = "scisummnet" }},
+  {{ path = "{data / 'pubmed'}", format = "pubmed_csv", source = "pubmed" }},
+]
+[train]
+max_steps = 2
+batch_size = 4
+max_length = 32
+val_max = 8
+[embed]
+max_length = 32
+shard_size = 2000
+[cluster]
+resolutions = {RESOLUTIONS}
+[render]
+width = 600
+height = 450
+legend_width = 180
+""")
+    run = base / "run"
+    p = _run(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return run, config, p.stdout
+
+
+def test_every_stage_leaves_its_output(finished_run):
+    run, _, _ = finished_run
+    for table in ("papers", "references", "mentions", "rejects", "pairs", "weights", "triplets",
+                  "edges", "clusters", "topics"):
+        assert pq.read_table(run / table).num_rows > 0, table
+    for f in ("map.png", "map.html", "report.md", "embeddings/manifest.json"):
+        assert (run / f).stat().st_size > 0, f
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(run / "model")
+    assert model.config.hidden_size == 384
+
+
+def test_counts_add_up_and_the_report_states_them(finished_run):
+    run, _, _ = finished_run
+    summary = json.loads((run / "ingest_summary.json").read_text())
+    papers = pq.read_table(run / "papers").to_pandas()
+    inputs = {"elife": 30, "scisummnet": 40, "pubmed": 200}
+    for source, n in inputs.items():
+        s = summary["per_source"][source]
+        assert s["input_records"] == n
+        records = int(((papers.source == source) & papers.source_file.notna()).sum())
+        assert records + s["record_rejects"] == n
+    report = (run / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| 0.0")]
+    assert [float(r.split("|")[1]) for r in rows] == RESOLUTIONS     # one row per resolution
+    assert "| elife | 30 |" in report and "| pubmed | 200 |" in report
+
+
+def test_a_second_start_skips_finished_stages(finished_run):
+    run, config, _ = finished_run
+    before = (run / "map.png").stat().st_mtime_ns
+    p = _run(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("skipped") == 8
+    assert (run / "map.png").stat().st_mtime_ns == before
+
+
+def _one_sentence_error(p):
+    assert p.returncode == 2
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert "Traceback" not in p.stderr
+    return lines[0]
+
+
+def test_wrong_input_path_is_one_sentence(tmp_path):
+    p = _run(["jobs/ingest.py", "--run", str(tmp_path / "r"), "--input", "/no/such/folder:jats:elife"])
+    assert "/no/such/folder" in _one_sentence_error(p)
+
+
+def test_missing_config_file_is_one_sentence(tmp_path):
+    p = _run(["jobs/pipeline.py", "--run", str(tmp_path / "r"), "--config", str(tmp_path / "nope.toml")])
+    assert "nope.toml" in _one_sentence_error(p)
+
+
+def test_missing_java_is_one_sentence(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)          # no java anywhere on it
+    p = _run(["jobs/ingest.py", "--run", str(tmp_path / "r")], env=env)
+    assert "Java 17" in _one_sentence_error(p)
