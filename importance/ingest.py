@@ -106,15 +106,22 @@ def empty_files(path: Path, glob: str) -> list[str]:
                   if any(fnmatch.fnmatch(p.name, q) for q in pats) and p.stat().st_size == 0)
 
 
+def check_format(fmt) -> None:
+    """An unknown input format is a user error naming the known ones (checked before Spark starts)."""
+    from importance.readers import FORMATS, known_formats
+
+    if fmt not in FORMATS:
+        raise UserError(f"ingest input format {fmt!r} is unknown; set format to one of: {known_formats()}")
+
+
 def read_inputs(spark, inputs: list[dict]):
     """One RDD of (kind, dict) records over all inputs, parsed on the executors."""
-    from importance.readers import FORMATS, GLOBS
+    from importance.readers import GLOBS
 
     rdds = []
     for spec in inputs:
         fmt, source = spec.get("format"), spec.get("source")
-        if fmt not in FORMATS:
-            raise UserError(f"ingest input format {fmt!r} is unknown; use one of {sorted(FORMATS)}")
+        check_format(fmt)
         if not source:
             raise UserError(f"ingest input {spec.get('path')} needs a source name (e.g. 'elife')")
         p = resolve_input_path(spec["path"])
@@ -293,6 +300,7 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
     if not cfg.inputs:
         raise UserError("ingest has no inputs; list at least one {path, format, source} in [ingest] inputs")
     for spec in cfg.inputs:
+        check_format(spec.get("format"))
         resolve_input_path(spec.get("path", ""))
     spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
     raw = read_inputs(spark, cfg.inputs).persist(StorageLevel.MEMORY_AND_DISK)

@@ -1,0 +1,124 @@
+"""MEDLINE / PubMed XML (PubmedArticleSet or the older MedlineCitationSet; .xml or .xml.gz).
+
+Each MedlineCitation (inside a PubmedArticle when present) is one input record -> one paper
+(paper_id pmid:<PMID>, has_fulltext false), with title, abstract (AbstractText parts joined, a
+Label kept as "LABEL: text"), authors (LastName + ForeName/Initials, CollectiveName as family name,
+ORCID from Identifier[@Source="ORCID"]), year (PubDate Year, else MedlineDate, else ArticleDate),
+venue (Journal/Title), MeSH {ui, name, major, tree_numbers=[]} where major = MajorTopicYN="Y" on the
+descriptor or on any of its qualifiers. A record without PMID is rejected.
+
+The file is parsed as a stream (lxml iterparse over a gunzip stream) and each record is cleared
+once read, so parser memory stays flat as files grow. A file that breaks off mid-way keeps the
+records before the break and adds one reject for the rest. PubmedData/ReferenceList is not read:
+MEDLINE has no in-text citations, so it gives no mentions.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+
+from lxml import etree
+
+from importance.readers.common import PAPER, BadRecord, author, clean_ws, norm_doi, norm_title, parse_year, reject
+
+RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
+
+
+def _text(el) -> str | None:
+    return clean_ws("".join(el.itertext())) if el is not None else None
+
+
+def _stream(path: str, data: bytes):
+    if data is None or len(data) == 0 or not data.strip():
+        raise BadRecord("empty file")
+    stream = io.BytesIO(data)
+    if path.endswith(".gz") or data[:2] == b"\x1f\x8b":
+        stream = gzip.GzipFile(fileobj=stream)
+    return stream
+
+
+def parse(path: str, data: bytes, source: str):
+    """Generator over the file's records (papers and record rejects)."""
+    stream = _stream(path, data)
+    ctx = etree.iterparse(stream, events=("end",), tag=RECORD_TAGS, resolve_entities=False,
+                          no_network=True, load_dtd=False, huge_tree=True)
+    n = 0
+    try:
+        for _, el in ctx:
+            parent = el.getparent()
+            if el.tag == "MedlineCitation" and parent is not None and parent.tag in ("PubmedArticle",):
+                continue  # read with its PubmedArticle (PubmedData holds the DOI)
+            n += 1
+            if el.tag == "PubmedBookArticle":
+                yield reject(path, f"record {n}", "PubmedBookArticle (book record) is not a journal article", source)
+            else:
+                cit = el if el.tag == "MedlineCitation" else el.find("MedlineCitation")
+                yield _record(cit, el, path, source, n)
+            # Free the finished record and everything before it (flat memory on big files).
+            el.clear(keep_tail=False)
+            while el.getprevious() is not None:
+                del el.getparent()[0]
+    except (EOFError, OSError) as e:
+        raise BadRecord(f"truncated or corrupt gzip after {n} records: {e}") from None
+    except etree.XMLSyntaxError as e:
+        raise BadRecord(f"malformed or truncated XML after {n} records: {e}") from None
+    if n == 0:
+        raise BadRecord("no MedlineCitation records in file")
+
+
+def _record(cit, wrapper, path: str, source: str, n: int):
+    if cit is None:
+        return reject(path, f"record {n}", "PubmedArticle without MedlineCitation", source)
+    pmid = (cit.findtext("PMID") or "").strip()
+    if not pmid.isdigit():
+        title = _text(cit.find("Article/ArticleTitle"))
+        rid = f"record {n}" + (f": {title[:80]}" if title else "")
+        return reject(path, rid, "MEDLINE record without PMID", source)
+    art = cit.find("Article")
+    if art is None:
+        return reject(path, f"pmid:{pmid}", "MEDLINE record without Article", source)
+    title = _text(art.find("ArticleTitle")) or _text(art.find("VernacularTitle"))
+    parts = []
+    for at in art.findall("Abstract/AbstractText"):
+        t = _text(at)
+        if t:
+            label = (at.get("Label") or "").strip()
+            parts.append(f"{label}: {t}" if label else t)
+    authors = []
+    for a in art.findall("AuthorList/Author"):
+        orcid = None
+        for ident in a.findall("Identifier"):
+            if (ident.get("Source") or "").upper() == "ORCID" and ident.text:
+                orcid = ident.text
+        family = _text(a.find("LastName")) or _text(a.find("CollectiveName"))
+        if family:
+            authors.append(author(family, _text(a.find("ForeName")) or _text(a.find("Initials")), orcid))
+    pd = art.find("Journal/JournalIssue/PubDate")
+    year = None
+    if pd is not None:
+        year = parse_year(pd.findtext("Year")) or parse_year(pd.findtext("MedlineDate"))
+    year = year or parse_year(art.findtext("ArticleDate/Year"))
+    venue = _text(art.find("Journal/Title")) or _text(cit.find("MedlineJournalInfo/MedlineTA"))
+    mesh = []
+    for mh in cit.findall("MeshHeadingList/MeshHeading"):
+        d = mh.find("DescriptorName")
+        if d is None:
+            continue
+        major = d.get("MajorTopicYN") == "Y" or any(q.get("MajorTopicYN") == "Y" for q in mh.findall("QualifierName"))
+        mesh.append({"ui": d.get("UI"), "name": _text(d), "major": major, "tree_numbers": []})
+    doi = None
+    for eid in art.findall("ELocationID"):
+        if eid.get("EIdType") == "doi":
+            doi = norm_doi(eid.text)
+            break
+    if not doi and wrapper is not cit:
+        for aid in wrapper.findall("PubmedData/ArticleIdList/ArticleId"):
+            if aid.get("IdType") == "doi":
+                doi = norm_doi(aid.text)
+                break
+    paper_id = f"pmid:{pmid}"
+    alt_ids = sorted({paper_id} | ({f"doi:{doi}"} if doi else set()))
+    return PAPER, {
+        "paper_id": paper_id, "title": title, "abstract": clean_ws(" ".join(parts)), "authors": authors,
+        "year": year, "venue": venue, "fields": [], "mesh": mesh, "source": source, "has_fulltext": False,
+        "source_file": path, "ord": n, "title_norm": norm_title(title), "alt_ids": alt_ids}

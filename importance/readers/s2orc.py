@@ -1,0 +1,231 @@
+"""S2ORC / unarXive JSONL: one full-text paper per line -> paper, references (bib_entries), mentions.
+
+Each line is one input record: a line that is not valid JSON (or has no usable id) becomes one
+reject naming its line number; the other lines of the file are still ingested.
+
+unarXive 2022 lines carry `paper_id` (the arXiv id), `metadata` (arXiv metadata: title, authors_parsed,
+doi, versions, journal-ref, categories), `discipline`, `abstract`, `body_text` paragraphs
+(`section`, `sec_number`, `cite_spans[].ref_id`) and `bib_entries[key]` = {bib_entry_raw, ids:
+{doi, arxiv_id, pubmed_id, pmc_id, open_alex_id}, contained_arXiv_ids}. S2ORC pdf_parses lines use
+the same body_text/cite_spans shape with structured bib entries (title, authors, year, other_ids);
+both are read here.
+
+paper_id = doi:<DOI> when the paper has one, else arxiv:<id> (S2ORC without either: s2orc:<id>).
+Mentions: one per cite_span, in the paragraph's top-level section (the first component of
+sec_number; unnumbered sections stand alone), classified by importance.sections heading rules with
+the position fallback; when the top-level heading matches no rule, the paragraph's own heading is
+tried. References: doi / pmid columns; an arXiv id (else PMC id) goes to hint_id ("arxiv:<id>") so
+that resolution can match corpus papers by it. unarXive bib entries have no structured title: a
+quoted title (“...”) is taken when present, otherwise the raw entry text stands in for the title.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+
+from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
+                                       norm_title, parse_year, reject)
+from importance.sections import class_from_heading, classify_section
+
+_ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
+_ARXIV_OLD = re.compile(r"\b([a-z\-]+(?:\.[A-Z]{2})?/\d{7})(?:v\d+)?\b")
+_QUOTED = re.compile(r"[“\"]\s*([^”\"]{8,}?)\s*[,.]?\s*[”\"]")
+_MARKUP = re.compile(r"\{\{(?:cite|formula|figure|table):[^}]*\}\}")
+_YEAR = re.compile(r"(?<!\d)(1[89]\d\d|20\d\d)(?!\d)")
+
+
+def norm_arxiv(text: str | None) -> str | None:
+    """Bare lowercase arXiv id without version: 2104.06921, hep-ph/0511200."""
+    if not text:
+        return None
+    t = str(text).strip()
+    t = re.sub(r"^(?:https?://arxiv\.org/(?:abs|pdf)/|arxiv:)", "", t, flags=re.I)
+    m = _ARXIV_NEW.search(t) or _ARXIV_OLD.search(t)
+    return m.group(1).lower() if m else None
+
+
+def _lines(path: str, data: bytes):
+    """(line number, bytes) of a JSONL file, gunzipping as a stream (no second full copy in memory)."""
+    if data is None or len(data) == 0:
+        raise BadRecord("empty file")
+    stream = io.BytesIO(data)
+    if path.endswith(".gz") or data[:2] == b"\x1f\x8b":
+        stream = gzip.GzipFile(fileobj=stream)
+    n = 0
+    try:
+        for line in stream:
+            n += 1
+            yield n, line
+    except (EOFError, OSError) as e:  # truncated gzip: the lines read so far were already parsed
+        raise BadRecord(f"truncated or corrupt gzip after line {n}: {e}") from None
+
+
+def parse(path: str, data: bytes, source: str):
+    """Generator: records of every good line, one reject per bad line."""
+    n_lines = 0
+    for lineno, raw in _lines(path, data):
+        if not raw.strip():
+            continue
+        n_lines += 1
+        rid = f"line {lineno}"
+        try:
+            doc = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            yield reject(path, rid, f"invalid JSON on line {lineno}: {e}"[:500], source)
+            continue
+        try:
+            recs = parse_doc(doc, path, source, lineno)
+        except BadRecord as e:
+            yield reject(path, rid, str(e), source)
+            continue
+        except Exception as e:  # odd shapes (a list where a dict is expected...) reject the line only
+            yield reject(path, rid, f"unreadable record on line {lineno}: {type(e).__name__}: {e}"[:500], source)
+            continue
+        yield from recs
+    if n_lines == 0:
+        raise BadRecord("empty file")
+
+
+def _paper_year(meta: dict, arxiv: str | None) -> int | None:
+    for v in meta.get("versions") or []:
+        y = parse_year((v or {}).get("created"))
+        if y:
+            return y
+    if meta.get("year"):
+        return parse_year(str(meta["year"]))
+    m = re.match(r"^(\d\d)(\d\d)\.", arxiv or "")
+    return 2000 + int(m.group(1)) if m else None
+
+
+def _authors(meta: dict) -> list[dict]:
+    parsed = meta.get("authors_parsed")
+    if parsed:
+        return [author(a[0], " ".join(x for x in a[1:] if x) or None) for a in parsed if a and a[0]]
+    out = []
+    for a in meta.get("authors") or []:  # S2ORC: [{first, middle[], last}]
+        if isinstance(a, dict) and a.get("last"):
+            given = " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip()
+            out.append(author(a["last"], given or None))
+    return out
+
+
+def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str, dict]]:
+    if not isinstance(doc, dict):
+        raise BadRecord(f"line {lineno} is not a JSON object")
+    meta = doc.get("metadata") or {}
+    # unarXive's paper_id is the arXiv id; S2ORC's is a numeric S2 id, which norm_arxiv never matches.
+    arxiv = (norm_arxiv(meta.get("id") or doc.get("arxiv_id") or (meta.get("external_ids") or {}).get("ArXiv"))
+             or norm_arxiv(str(doc.get("paper_id") or "")))
+    doi = norm_doi(meta.get("doi") or (meta.get("external_ids") or {}).get("DOI"))
+    s2 = str(doc.get("paper_id")) if doc.get("paper_id") is not None else None
+    if doi:
+        paper_id = f"doi:{doi}"
+    elif arxiv:
+        paper_id = f"arxiv:{arxiv}"
+    elif s2:
+        paper_id = f"s2orc:{s2}"
+    else:
+        raise BadRecord(f"record on line {lineno} without DOI, arXiv id or paper_id")
+    alt_ids = sorted({x for x in (f"doi:{doi}" if doi else None, f"arxiv:{arxiv}" if arxiv else None) if x}
+                     | {paper_id})
+
+    title = clean_ws(meta.get("title") or doc.get("title"))
+    abstract = doc.get("abstract")
+    if isinstance(abstract, dict):
+        abstract = abstract.get("text")
+    elif isinstance(abstract, list):  # S2ORC: list of paragraphs
+        abstract = " ".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in abstract)
+    abstract = clean_ws(abstract or meta.get("abstract"))
+    fields = [doc["discipline"]] if doc.get("discipline") else []
+    fields += [c for c in (meta.get("categories") or "").split() if c not in fields]
+    venue = clean_ws(meta.get("journal-ref") or meta.get("venue") or meta.get("journal")) or ("arXiv" if arxiv else None)
+    out: list[tuple[str, dict]] = [(PAPER, {
+        "paper_id": paper_id, "title": title, "abstract": abstract, "authors": _authors(meta),
+        "year": _paper_year(meta, arxiv), "venue": venue, "fields": fields, "mesh": [], "source": source,
+        "has_fulltext": True, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
+        "alt_ids": alt_ids})]
+
+    for key, bib in (doc.get("bib_entries") or {}).items():
+        out.append((REF, _reference(paper_id, key, bib or {}, path)))
+
+    # Top-level section of a paragraph: first component of sec_number; unnumbered ("-1", "") by title.
+    paras = doc.get("body_text") or []
+    tops: dict[str, int] = {}
+    top_title: dict[str, str | None] = {}
+    keyed = []
+    for p in paras:
+        own = clean_ws(_MARKUP.sub(" ", p.get("section") or "")) or None
+        num = str(p.get("sec_number") or "").strip()
+        top = ("n:" + num.split(".")[0]) if num and num != "-1" else ("t:" + (own or ""))
+        if top not in tops:
+            tops[top] = len(tops)
+            top_title[top] = None
+        if "." not in num and top_title[top] is None:  # the section's own paragraphs name it
+            top_title[top] = own
+        keyed.append((p, own, top))
+    for p, own, top in keyed:
+        spans = p.get("cite_spans") or []
+        if not spans:
+            continue
+        pos = tops[top]
+        stitle = top_title.get(top) or own
+        cls = class_from_heading(stitle) or class_from_heading(own) or classify_section(None, stitle, pos)
+        for span in spans:
+            rid = span.get("ref_id")
+            if rid is None:
+                continue
+            out.append((MENTION, {
+                "citing_id": paper_id, "ref_key": str(rid), "section_title": stitle,
+                "section_type": p.get("sec_type") or None, "section_class": cls, "position": pos,
+                "source_file": path}))
+    return out
+
+
+def _trailing_number(v) -> str | None:
+    """unarXive gives PubMed/PMC ids as URLs (https://pubmed.ncbi.nlm.nih.gov/34495856): keep the number."""
+    m = re.search(r"(\d+)/?\s*$", str(v or ""))
+    return m.group(1) if m else None
+
+
+def _first(v):
+    if isinstance(v, list):
+        return v[0] if v else None
+    return v
+
+
+def _reference(citing: str, key: str, bib: dict, path: str) -> dict:
+    ids = bib.get("ids") or {}
+    other = bib.get("other_ids") or {}  # S2ORC: {"DOI": [...], "ArXiv": [...], "PubMed": [...]}
+    raw = clean_ws(_MARKUP.sub(" ", bib.get("bib_entry_raw") or "")) or None
+    doi = norm_doi(ids.get("doi") or _first(other.get("DOI")))
+    if not doi and raw:
+        m = re.search(r"(?:doi[:\s]*|doi\.org/)(10\.\d{4,9}/\S+)", raw, re.I)
+        doi = norm_doi(m.group(1)) if m else None
+    pmid = _trailing_number(ids.get("pubmed_id") or _first(other.get("PubMed")))
+    arxiv = norm_arxiv(ids.get("arxiv_id") or _first(other.get("ArXiv")))
+    if not arxiv:
+        for c in bib.get("contained_arXiv_ids") or []:
+            arxiv = norm_arxiv(c.get("id") if isinstance(c, dict) else c)
+            if arxiv:
+                break
+    if not arxiv and raw and re.search(r"arxiv", raw, re.I):
+        arxiv = norm_arxiv(raw[re.search(r"arxiv", raw, re.I).start():])
+    pmc = _trailing_number(ids.get("pmc_id") or _first(other.get("PubMedCentral")))
+    hint = f"arxiv:{arxiv}" if arxiv else (f"pmc:{pmc}" if pmc else None)
+
+    title = clean_ws(bib.get("title"))
+    if not title and raw:
+        m = _QUOTED.search(raw)
+        title = clean_ws(m.group(1)) if m else raw
+    year = bib.get("year")
+    if isinstance(year, int):
+        year = year if 1500 <= year <= 2100 else None
+    else:
+        years = _YEAR.findall(raw or "")
+        year = int(years[-1]) if years else None  # entries end with the year far more often than start
+    authors = [author(a.get("last"), " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip() or None)
+               for a in bib.get("authors") or [] if isinstance(a, dict) and a.get("last")]
+    return {"citing_id": citing, "ref_key": str(key), "title": title, "authors": authors, "year": year,
+            "doi": doi, "pmid": pmid, "hint_id": hint, "title_norm": norm_title(title), "source_file": path}
