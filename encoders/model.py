@@ -25,6 +25,7 @@ from importance.runtime import UserError
 
 DEFAULT_MODEL = "minilm"
 POOLINGS = ("mean", "cls")
+PRECISIONS = ("auto", "float32", "bfloat16")
 SCIENCEMAP_JSON = "sciencemap.json"  # our metadata file inside a saved model directory
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -113,6 +114,27 @@ def pick_device(device: str = "auto") -> torch.device:
     return dev
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU computes bf16 in hardware (AVX512-BF16 or AMX): there bf16 matmuls beat
+    float32; elsewhere oneDNN emulates them and they are slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return (" avx512_bf16" in flags or " amx_bf16" in flags) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """Compute precision for inference: auto = bf16 on CUDA and on CPUs with native bf16, else float32."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision {precision!r} is unknown; use one of {PRECISIONS}")
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bfloat16"
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
 @dataclass
 class Encoder:
     """A tokenizer + transformer + pooling, on one device."""
@@ -145,6 +167,31 @@ class Encoder:
         if self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def inference_autocast(self, precision: str):
+        """Autocast for embedding at a resolved precision (float32 = none)."""
+        if precision == "bfloat16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def pad(self, id_lists: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Pad pre-tokenized ids to the longest of the batch (no further): input_ids + attention_mask."""
+        n, width = len(id_lists), max(len(x) for x in id_lists)
+        ids = np.full((n, width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        for i, x in enumerate(id_lists):
+            ids[i, :len(x)] = x
+            mask[i, :len(x)] = 1
+        pin = self.device.type == "cuda"
+        out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        return {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin) for k, v in out.items()}
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, truncated to max_length, unpadded (one fast-tokenizer call)."""
+        if not texts:
+            return []
+        return self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False,
+                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors (float32) for a tokenized batch; keeps the autograd graph."""

@@ -156,7 +156,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     """Self-contained Bokeh document: background image, topic circles + hover, colour selector, table."""
     from bokeh.embed import file_html
     from bokeh.layouts import column
-    from bokeh.models import (ColumnDataSource, CustomJS, DataTable, HoverTool, LabelSet, NumberFormatter,
+    from bokeh.models import (ColumnDataSource, CustomJS, DataTable, HoverTool, LabelSet,
                               Select, TableColumn)
     from bokeh.palettes import Viridis256
     from bokeh.plotting import figure

@@ -47,6 +47,7 @@ inputs = [
 ]
 [train]
 max_steps = 2
+grad_accum = 1
 batch_size = 4
 max_length = 32
 val_max = 8

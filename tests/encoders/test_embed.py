@@ -1,0 +1,256 @@
+"""The embedding job on real PubMed records with the shipped MiniLM (CPU, max_length 32): streamed
+shards, token-budget batches, resume after a crash, refusal on changed model/input, two ranks."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from encoders.embed import (EmbedConfig, load_embeddings, plan_input, run_embed,
+                            token_budget_batches)
+from encoders.model import load_encoder, paper_text, resolve_model
+from importance.contracts import SCHEMAS, RunLayout
+from importance.runtime import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"
+L = 32
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    df = pd.read_csv(PUBMED, usecols=["Title", "abstractText", "pmid"], nrows=12)
+    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText}
+            for r in df.itertuples()]
+
+
+def papers(records) -> list[dict]:
+    """12 real papers with three that must be skipped: no text, a repeat of paper 0 (in a later
+    shard than its first row) and a null id. 15 rows -> 5 shards of 3; shard 4 (rows 12-14) holds
+    real paper 10, the repeat and paper 11; rows 3-5 include the no-text paper."""
+    rows = [dict(r) for r in records[:10]]
+    rows.insert(4, {"paper_id": "x:none", "title": "  ", "abstract": None})
+    rows.insert(7, {"paper_id": None, "title": "Orphan", "abstract": "No id."})
+    rows += [records[10], dict(records[0]), records[11]]
+    return rows
+
+
+def write_papers(layout: RunLayout, rows: list[dict]) -> None:
+    """Two Parquet files with row groups of 2: shards cross file and row-group boundaries."""
+    d = layout.table("papers")
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("*.parquet"):
+        old.unlink()
+    half = len(rows) // 2
+    for i, part in enumerate((rows[:half], rows[half:])):
+        cols = {n: [r.get(n) for r in part] for n in SCHEMAS["papers"].names}
+        pq.write_table(pa.table(cols, schema=SCHEMAS["papers"]), d / f"part-{i}.parquet", row_group_size=2)
+
+
+@pytest.fixture(scope="module")
+def enc():
+    return load_encoder("minilm", "mean", max_length=L, device="cpu")
+
+
+@pytest.fixture
+def make_run(tmp_path):
+    def make(name: str, rows: list[dict]) -> RunLayout:
+        layout = RunLayout(tmp_path / name)
+        layout.root.mkdir(parents=True)
+        write_papers(layout, rows)
+        return layout
+    return make
+
+
+def cfg(**kw) -> EmbedConfig:
+    base = {"model": "minilm", "batch_size": 4, "max_tokens": 96, "max_length": L, "shard_size": 3,
+            "device": "cpu", "precision": "float32"}
+    return EmbedConfig(**{**base, **kw})
+
+
+def expected_ids(records) -> list[str]:
+    return [r["paper_id"] for r in records[:12]]
+
+
+class Crash(Exception):
+    pass
+
+
+def test_token_budget_batches():
+    lengths = [5, 30, 7, 30, 12, 1]
+    batches = token_budget_batches(lengths, batch_size=3, max_tokens=64)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert batches[0] == [1, 3]                     # longest first, ties by index; 3 x 30 > 64
+    for b in batches:
+        assert len(b) <= 3 and len(b) * max(lengths[i] for i in b) <= 64
+    assert token_budget_batches([100, 3], 8, 50) == [[0], [1]]   # too long alone: own batch
+    assert token_budget_batches([4] * 5, 2, 0) == [[0, 1], [2, 3], [4]]  # no budget: batch_size
+
+
+def test_plan_finds_cross_file_duplicates(make_run, records):
+    lay = make_run("plan", papers(records))
+    plan = plan_input(lay.table("papers"))
+    assert plan.n_rows == 15 and len(plan.files) == 2
+    assert plan.dup_rows.tolist() == [13]
+    t = plan.read_rows(5, 10, ["paper_id"])
+    assert t["paper_id"].to_pylist() == [r["paper_id"] for r in papers(records)[5:10]]
+
+
+def test_embed_twice_identical_input_order_and_skips(make_run, records, enc):
+    lay = make_run("a", papers(records))
+    s = run_embed(cfg(), lay)  # loads the model itself, as the job does
+    assert s["papers"] == 12 and s["input_rows"] == 15 and s["shards"] == 5
+    assert s["skipped_by_reason"] == {"no title and no abstract": 1, "null paper_id": 1,
+                                      "duplicate paper_id": 1}
+    ids1, m1 = load_embeddings(lay)
+    assert ids1 == expected_ids(records)            # input order, first row of a duplicate wins
+    assert m1.dtype == np.float32 and m1.shape == (12, 384)
+    manifest = json.loads((lay.embeddings_dir / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["finished_shards"] == [0, 1, 2, 3, 4]
+    assert len(manifest["model_hash"]) == 64 and manifest["input"]["n_rows"] == 15
+    assert manifest["dim"] == 384 and manifest["pooling"] == "mean" and manifest["dtype"] == "float32"
+    assert run_embed(cfg(), lay, encoder=enc)["embedded_now"] == 0   # a finished job embeds nothing
+    ids2, m2 = load_embeddings(run_embed(cfg(restart=True), lay, encoder=enc)["embeddings_dir"])
+    assert ids1 == ids2 and np.array_equal(m1, m2)
+    # Same vectors as the encoder's plain path, one text at a time (no padding at all).
+    by_id = {r["paper_id"]: paper_text(r["title"], r["abstract"]) for r in records[:12]}
+    direct = np.concatenate([enc.encode([by_id[i]]) for i in ids1])
+    np.testing.assert_allclose(m1, direct, atol=2e-5)
+    # The mapping stages read the same shards.
+    from mapping.io import load_embeddings as map_load
+
+    pid, X = map_load(lay)
+    assert list(pid) == ids1 and np.array_equal(X, m1)
+
+
+def test_resume_after_crash_writes_every_paper_once(make_run, records, enc):
+    ref = make_run("ref", papers(records))
+    run_embed(cfg(), ref, encoder=enc)
+    ref_ids, ref_m = load_embeddings(ref)
+
+    lay = make_run("crash", papers(records))
+
+    def crash(k, n_done):
+        if n_done == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run_embed(cfg(), lay, after_shard=crash, encoder=enc)
+    assert sorted(p.name for p in lay.embeddings_dir.glob("part-*")) == ["part-00000.parquet",
+                                                                         "part-00001.parquet"]
+    with pytest.raises(UserError, match="incomplete"):
+        load_embeddings(lay)
+    s = run_embed(cfg(), lay, encoder=enc)
+    assert s["shards_resumed"] == 2 and s["embedded_now"] == 12 - 5   # shards 0-1 held 5 papers
+    ids, m = load_embeddings(lay.root)
+    assert len(ids) == len(set(ids)) and ids == ref_ids and np.array_equal(m, ref_m)
+
+
+def test_resume_refuses_changed_model_or_input(make_run, records, tmp_path, enc):
+    rows = papers(records)
+    lay = make_run("chg", rows)
+
+    def crash(k, n_done):
+        raise Crash
+
+    with pytest.raises(Crash):
+        run_embed(cfg(), lay, after_shard=crash, encoder=enc)
+    # Another model: the same files, one weight changed.
+    import safetensors.torch as st
+
+    src = resolve_model("minilm")
+    other = tmp_path / "other-model"
+    other.mkdir()
+    for f in src.iterdir():
+        if f.is_file() and f.name != "model.safetensors":
+            (other / f.name).symlink_to(f)
+    weights = st.load_file(src / "model.safetensors")
+    name = next(n for n in weights if n.endswith("LayerNorm.bias"))
+    weights[name] = weights[name] + 0.01
+    st.save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match="different model_hash"):
+        run_embed(cfg(model=str(other)), lay)
+    with pytest.raises(UserError, match="different pooling"):
+        run_embed(cfg(pooling="cls"), lay)
+    with pytest.raises(UserError, match="different max_length"):
+        run_embed(cfg(max_length=16), lay)
+    changed = [dict(r) for r in rows]
+    changed[0]["abstract"] = "A different abstract."
+    write_papers(lay, changed)
+    with pytest.raises(UserError, match="different input papers"):
+        run_embed(cfg(), lay, encoder=enc)
+    assert run_embed(cfg(restart=True), lay, encoder=enc)["embedded_now"] == 12
+
+
+def test_float16_and_bf16_outputs(make_run, records, enc):
+    lay = make_run("f16", records[:4])
+    run_embed(cfg(dtype="float16", shard_size=10), lay, encoder=enc)
+    t = pq.read_table(lay.embeddings_dir / "part-00000.parquet")
+    assert str(t.schema.field("vector").type.value_type) == "halffloat"
+    ids, m = load_embeddings(lay)
+    ref = make_run("f32", records[:4])
+    run_embed(cfg(shard_size=10), ref, encoder=enc)
+    _, m32 = load_embeddings(ref)
+    assert m.dtype == np.float32 and m.shape == (4, 384)
+    np.testing.assert_allclose(m, m32, atol=2e-3)
+    # bf16 compute: different numbers, same directions.
+    bf = make_run("bf16", records[:4])
+    run_embed(cfg(shard_size=10, precision="bfloat16"), bf, encoder=enc)
+    _, mb = load_embeddings(bf)
+    cos = (mb * m32).sum(1) / np.linalg.norm(mb, axis=1) / np.linalg.norm(m32, axis=1)
+    assert cos.min() > 0.999 and not np.array_equal(mb, m32)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc):
+    one = make_run("one", papers(records))
+    run_embed(cfg(), one, encoder=enc)
+    two = make_run("two", papers(records))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={_free_port()}", "jobs/embed.py", "--run-dir", str(two.root),
+           "--model", "minilm", "--batch-size", "4", "--max-tokens", "96", "--max-length", str(L),
+           "--shard-size", "3", "--device", "cpu", "--precision", "float32"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[rank 1/2]" in p.stderr and "tokens/s" in p.stderr
+    manifest = json.loads((two.embeddings_dir / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["world_size"] == 2
+    records_by_shard = {k: pq.read_schema(two.embeddings_dir / f"part-{k:05d}.parquet").metadata
+                        for k in range(5)}
+    assert len(records_by_shard) == 5
+    ids1, m1 = load_embeddings(one)
+    ids2, m2 = load_embeddings(two)
+    assert ids1 == ids2 and np.array_equal(m1, m2)
+
+
+def test_cli_crash_hook_then_resume(make_run, records, enc):
+    lay = make_run("cli", papers(records))
+    env = dict(os.environ, SCIENCEMAP_EMBED_CRASH_AFTER="1")
+    cmd = [sys.executable, "jobs/embed.py", "--run", str(lay.root), "--shard-size", "3",
+           "--max-length", str(L), "--device", "cpu", "--precision", "float32"]
+    # Default model = the run's trained model, which does not exist yet: one-line error, exit 2.
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "run jobs/train.py first" in p.stderr
+    p = subprocess.run(cmd + ["--model", "minilm"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert p.returncode != 0 and "test hook" in p.stderr
+    manifest = json.loads((lay.embeddings_dir / "manifest.json").read_text())
+    assert manifest["finished_shards"] == [0] and not manifest["complete"]
+    s = run_embed(cfg(), lay, encoder=enc)
+    assert s["shards_resumed"] == 1 and s["papers"] == 12
+    ids, _ = load_embeddings(lay)
+    assert ids == expected_ids(records)
