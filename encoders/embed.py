@@ -308,8 +308,10 @@ class Progress:
     def report(self, final: bool = False) -> None:
         self.last = time.perf_counter()
         s = self.seconds
-        rows_rate = self.rows / s
-        eta = (self.rows_todo - self.rows) / rows_rate if rows_rate > 0 else float("nan")
+        # Embedded docs count within the shard in progress too (rows only move when a shard ends);
+        # skipped rows are few, so docs stand in for rows.
+        done = max(self.rows, self.docs)
+        eta = (self.rows_todo - done) * s / done if done else float("nan")
         _log(("done, " if final else "") + f"{self.docs} docs ({self.rows}/{self.rows_todo} input rows) "
              f"in {s:.1f}s: {self.docs / s:.1f} docs/s, {self.tokens / s:.0f} tokens/s"
              + ("" if final else f", ETA {eta:.0f}s") + f", peak RSS {_rss_mb():.0f} MB",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ class ImportanceConfig:
     val_fraction: float = 0.2
     anchor_fraction: float = 1.0
     shuffle_partitions: int = 8
-    output_partitions: int = 2
+    output_partitions: int = 0          # files per written table; 0 = one per ~2M rows (at most shuffle_partitions)
 
 
 def _read(spark, layout: RunLayout, name: str):
@@ -38,16 +39,20 @@ def _read(spark, layout: RunLayout, name: str):
 
 def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) -> Path:
     """Spark writes the parts; each part is then re-written with the sampling settings in its
-    Parquet key-value metadata (one part at a time, so the driver holds one part at most)."""
+    Parquet key-value metadata, streaming one row group at a time (bounded driver memory)."""
     import pyarrow.parquet as pq
 
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
     write_spark_table(df, tmp, "triplets", partitions=partitions)
     for part in sorted(tmp.glob("*.parquet")):
-        t = pq.read_table(part)
-        md = dict(t.schema.metadata or {})
+        f = pq.ParquetFile(part)
+        md = dict(f.schema_arrow.metadata or {})
         md[TRIPLETS_META_KEY] = json.dumps(meta).encode()
-        pq.write_table(t.replace_schema_metadata(md), part)
+        out = part.with_name(part.name + ".meta")
+        with pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
+            for i in range(f.num_row_groups):
+                w.write_table(f.read_row_group(i))
+        out.replace(part)
     replace_dir(tmp, dest)
     return dest
 
@@ -62,13 +67,26 @@ def read_triplets_meta(path) -> dict:
     return json.loads(md.get(TRIPLETS_META_KEY, b"{}"))
 
 
+def _auto_partitions(n_rows: int, rows_per_file: int, cap: int) -> int:
+    return max(1, min(cap, -(-n_rows // rows_per_file)))
+
+
 def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict:
+    """Pairs -> weights -> scored pairs -> triplets, with few Spark jobs:
+    1. pairs (one shuffle of references+mentions, two joins with papers) persisted once;
+    2. ONE aggregation by source gives Table 3's inputs, pair/self/zero counts, the resolution
+       rate per source and the number of candidate papers (METHODS.md §2 in one pass);
+    3. write the scored pairs; 4. triplets persisted, written, counted from the persisted rows."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from importance.entropy import feature_set, format_table3, score, weights_table
+    from importance.entropy import COLUMN, combine_stats, feature_set, format_table3, score, stats_aggs, weights_from_stats
     from importance.features import build_pairs
-    from importance.triplets import TripletConfig, sample_triplets
+    from importance.runtime import write_table_atomic
+    from importance.contracts import SCHEMAS
+    from importance.triplets import TripletConfig, has_title, sample_triplets
+
+    import pyarrow as pa
 
     t0 = time.time()
     feats = feature_set(cfg.feature_set)
@@ -78,54 +96,74 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
         if not layout.table(name).exists():
             raise UserError(f"table {layout.table(name)} does not exist; run jobs/ingest.py --run {layout.root} first")
     spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
+    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
     papers, refs, ments = (_read(spark, layout, n) for n in ("papers", "references", "mentions"))
     timings = {}
-    pairs = build_pairs(papers, refs, ments, seed=cfg.seed).persist(StorageLevel.MEMORY_AND_DISK)
-    rows = weights_table(pairs, feats, cfg.weight_method)
+    # Materialise the unscored pairs once as Parquet next to the outputs (faster than persist() of
+    # a wide row set, and it frees executor memory): the summary aggregation, the scored pairs and
+    # the triplets all read it.
+    base_dir = layout.root / f".pairs_base-{uuid.uuid4().hex[:8]}"
+    sources = sorted(r[0] for r in papers.where("has_fulltext").select("source").distinct().collect() if r[0])
+    build_pairs(papers, refs, ments, seed=cfg.seed, keep_summary_cols=True, sources=sources).write.parquet(str(base_dir))
+    base = spark.read.parquet(str(base_dir))
+
+    # one aggregation (grouped by source, combined on the driver): Table 3 stats + summary counts
+    zero = F.lit(True)
+    for f in feats:
+        zero = zero & (F.col(COLUMN[f]) == 0)
+    aggs = stats_aggs(feats) + [
+        F.countDistinct("citing_id").alias("citing"), F.sum("S").alias("self"), F.sum(zero.cast("int")).alias("zero"),
+        F.sum("n_refs").alias("refs"), F.sum(F.when(F.col("resolved"), F.col("n_refs"))).alias("resolved_refs")]
+    by_src = [dict(r.asDict(), source=sources[r["src"] - 1] if r["src"] and sources else None)
+              for r in base.groupBy("src").agg(*aggs).collect()]
+    st = combine_stats(by_src, feats)
+    rows = weights_from_stats(st, feats, cfg.weight_method, base)
+    n_pairs = st["n"]
+    n_cand = papers.where(has_title()).count()  # bucket count of the easy-negative sampler
     timings["pairs+weights_s"] = round(time.time() - t0, 2)
-    pairs = score(pairs, rows, scaled=cfg.scaled_score).persist(StorageLevel.MEMORY_AND_DISK)
+
+    pairs = score(base, rows, scaled=cfg.scaled_score)
     table3 = format_table3(rows)
-    print(f"Table 3 ({cfg.feature_set}, {cfg.weight_method} weights, n = {pairs.count()} pairs)")
+    print(f"Table 3 ({cfg.feature_set}, {cfg.weight_method} weights, n = {n_pairs} pairs)")
     print(table3)
-    write_spark_table(pairs, layout.table("pairs"), "pairs", partitions=cfg.output_partitions)
-    wdf = spark.createDataFrame([(r["feature"], r["mean"], r["std"], r["entropy"], r["weight"]) for r in rows],
-                                "feature string, mean double, std double, entropy double, weight double")
-    write_spark_table(wdf, layout.table("weights"), "weights", partitions=1)
+    out_parts = cfg.output_partitions or _auto_partitions(n_pairs, 2_000_000, cfg.shuffle_partitions)
+    write_spark_table(pairs, layout.table("pairs"), "pairs", partitions=out_parts)
+    write_table_atomic(pa.table({k: [r[k] for r in rows] for k in ("feature", "mean", "std", "entropy", "weight")}),
+                       layout.table("weights"), SCHEMAS["weights"])
+    timings["write_pairs_s"] = round(time.time() - t0 - timings["pairs+weights_s"], 2)
 
     t1 = time.time()
     tcfg = TripletConfig(K=cfg.K, H=cfg.H, margin=cfg.margin, seed=cfg.seed, val_fraction=cfg.val_fraction,
                          anchor_fraction=cfg.anchor_fraction)
-    trip = sample_triplets(pairs, papers, tcfg).persist(StorageLevel.MEMORY_AND_DISK)
+    trip = sample_triplets(pairs, papers, tcfg, n_candidates=n_cand).persist(StorageLevel.MEMORY_AND_DISK)
     meta = {"K": cfg.K, "H": cfg.H, "margin": cfg.margin, "seed": cfg.seed, "feature_set": cfg.feature_set,
             "weight_method": cfg.weight_method, "scaled_score": cfg.scaled_score}
-    write_triplets(trip, layout.table("triplets"), meta, partitions=cfg.output_partitions)
-    counts = {(r["negative_kind"], r["split"]): r["count"] for r in trip.groupBy("negative_kind", "split").count().collect()}
-    timings["triplets_s"] = round(time.time() - t1, 2)
+    tcount = trip.groupBy("negative_kind", "split").agg(F.count(F.lit(1)).alias("n")).collect()
+    counts = {(r["negative_kind"], r["split"]): r["n"] for r in tcount}
     n_trip = sum(counts.values())
+    trip_parts = cfg.output_partitions or _auto_partitions(n_trip, 2_000_000, cfg.shuffle_partitions)
+    write_triplets(trip, layout.table("triplets"), meta, partitions=trip_parts)
+    timings["triplets_s"] = round(time.time() - t1, 2)
     n_hard = sum(v for (k, _), v in counts.items() if k == "hard")
+    anchors = trip.select(F.countDistinct("anchor_id")).first()[0]  # small: at most K rows per anchor
 
-    # Resolution rate per source: share of references whose cited_id is a full-text corpus paper.
-    src = papers.select(F.col("paper_id").alias("citing_id"), "source")
-    ft = papers.where("has_fulltext").select(F.col("paper_id").alias("cited_id"), F.lit(1).alias("_ft"))
-    res = {r["source"]: {"references": r["n"], "resolved": int(r["res"] or 0),
-                         "rate": round((r["res"] or 0) / r["n"], 4) if r["n"] else None}
-           for r in refs.join(src, "citing_id").join(ft, "cited_id", "left").groupBy("source")
-           .agg(F.count("*").alias("n"), F.sum("_ft").alias("res")).collect()}
-    stats = pairs.agg(F.count("*").alias("n"), F.countDistinct("citing_id").alias("anchors"),
-                      F.sum("S").alias("self"), F.sum((F.col("importance") == 0).cast("int")).alias("zero")).first()
+    res = {r["source"]: {"references": r["refs"], "resolved": int(r["resolved_refs"] or 0),
+                         "rate": round((r["resolved_refs"] or 0) / r["refs"], 4) if r["refs"] else None}
+           for r in sorted(by_src, key=lambda r: str(r["source"]))}
+    n_self, n_zero = sum(r["self"] or 0 for r in by_src), sum(r["zero"] or 0 for r in by_src)
     summary = {
         "table3": [{k: r[k] for k in ("feature", "mean", "std", "entropy", "weight")} for r in rows],
-        "table3_text": table3, "n_pairs": stats["n"], "n_citing_papers": stats["anchors"],
-        "share_self_citation_pairs": round((stats["self"] or 0) / stats["n"], 4) if stats["n"] else None,
-        "share_zero_importance_pairs": round((stats["zero"] or 0) / stats["n"], 4) if stats["n"] else None,
+        "table3_text": table3, "n_pairs": n_pairs, "n_citing_papers": sum(r["citing"] for r in by_src),
+        "share_self_citation_pairs": round(n_self / n_pairs, 4) if n_pairs else None,
+        "share_zero_importance_pairs": round(n_zero / n_pairs, 4) if n_pairs else None,
         "n_triplets": n_trip, "share_hard_negatives": round(n_hard / n_trip, 4) if n_trip else None,
         "triplets_by_kind_split": {f"{k}/{s}": v for (k, s), v in sorted(counts.items())},
-        "n_anchors_with_triplets": trip.select("anchor_id").distinct().count(),
+        "n_anchors_with_triplets": anchors,
         "resolution_rate_per_source": res, "triplet_meta": meta, "timings": timings,
         "seconds": round(time.time() - t0, 2), "config": asdict(cfg),
     }
-    pairs.unpersist()
     trip.unpersist()
+    shutil.rmtree(base_dir, ignore_errors=True)
     tmp = layout.importance_summary.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2))
     tmp.replace(layout.importance_summary)

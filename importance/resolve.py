@@ -9,9 +9,10 @@ title is rejected ("reference without any id or title").
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+SELF_REF_REASON = "reference to the citing paper itself"
 NO_ID_REASON = "reference without any id or title"
 
 
@@ -45,15 +46,22 @@ def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, D
     fallback = F.when(F.col("title_norm").isNotNull(), F.concat(F.lit("ref:"), F.substring(
         F.sha1(F.concat("title_norm", F.lit("|"), F.coalesce(F.col("year").cast("string"), F.lit("")))), 1, 16)))
     r = r.withColumn("cited_id", F.coalesce("resolved_id", F.concat(F.lit("doi:"), "doi"),
-                                             F.concat(F.lit("pmid:"), "pmid"), fallback))
+                                             F.concat(F.lit("pmid:"), "pmid"), F.col("hint_id"), fallback))
     r = r.withColumn("resolved", F.col("resolved_id").isNotNull())
-    bad = r.where(F.col("cited_id").isNull())
+    # A reference to the citing paper's own id (eLife lists its own data sets under the article DOI)
+    # is no citation; it is rejected rather than turned into a second, title-only row of that paper.
+    reason = (F.when(F.col("cited_id").isNull(), F.lit(NO_ID_REASON))
+              .when(F.col("cited_id") == F.col("citing_id"), F.lit(SELF_REF_REASON)))
+    r = r.withColumn("_reject", reason)
+    bad = r.where(F.col("_reject").isNotNull())
     src = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"))
     rejects = bad.join(src, "citing_id", "left").select(
         "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("resolve").alias("stage"),
-        F.lit(NO_ID_REASON).alias("reason"), F.col("citing_source").alias("source"), F.lit("item").alias("level"))
-    good = r.where(F.col("cited_id").isNotNull())
-    title_only = title_only_papers(good.where(~F.col("resolved")).join(src, "citing_id"))
+        F.col("_reject").alias("reason"), F.col("citing_source").alias("source"), F.lit("item").alias("level"))
+    good = r.where(F.col("_reject").isNull()).drop("_reject")
+    corpus_ids = papers.select(F.col("paper_id").alias("cited_id"))
+    unresolved = good.where(~F.col("resolved")).join(corpus_ids, "cited_id", "left_anti")
+    title_only = title_only_papers(unresolved.join(src, "citing_id"))
     return good, title_only, rejects
 
 

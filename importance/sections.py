@@ -9,6 +9,16 @@ as R. The rule is "leftmost keyword wins within a heading" (ties: the longer key
 order), so "Results and discussion" -> R, "Discussion and conclusions" -> D, "Methods and results"
 -> M, "Experimental setup" -> M but "Experimental results" -> R (longer match at the same place).
 JATS sec-type "results|discussion" follows the same decision: the first listed type that maps wins.
+Why R and not D (or both): a combined section reports the paper's own findings and compares them
+with the cited work as it goes; splitting its mentions between R and D would need sentence-level
+cues we do not have, and counting them in both would double-count. On the full eLife set 130 of
+6,103 labelled top-level sections are "results|discussion" (bench/section_f1.py prints the count).
+
+Measured (bench/section_f1.py, rules + position, sec-type hidden): macro-F1 0.9999 over the
+sec-type classes (I, M, R, D) on 6,103 top-level sections of 1,596 eLife research articles
+(one miss: a second "intro" section titled "Building the stimulus space"), 1.0 on the 15 labelled
+sections of the 8 PMC .nxml samples, 0.9714 pooled (class O has 3 labelled sections, all PMC, and
+that one eLife miss as a false positive). eLife headings are clean; other sources are harder.
 """
 from __future__ import annotations
 
@@ -87,11 +97,12 @@ def class_from_heading(title: str | None) -> str | None:
 
 
 def classify_section(sec_type: str | None, title: str | None, position: int | None) -> str:
-    """sec-type first, then heading rules, then position (an untitled first section is I), else O."""
+    """sec-type first, then heading rules, then position: the first block of a body is I when no
+    rule fires (untitled, or a heading such as eLife short reports' "Main text"), else O."""
     cls = class_from_sec_type(sec_type) or class_from_heading(title)
     if cls:
         return cls
-    if not (title or "").strip() and position == 0:
+    if position == 0:
         return "I"
     return "O"
 

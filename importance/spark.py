@@ -2,7 +2,15 @@
 
 Executors import the pure-Python `importance` package (readers, sections). In local mode the repo
 root is put on PYTHONPATH and the driver's interpreter is used for workers; on a cluster
-(non-local master) the package is zipped and shipped with addPyFile.
+(non-local master, also under spark-submit --master spark://...) the package is zipped and shipped
+with addPyFile, and the executors' PYTHONPATH is NOT pointed at this checkout, so a cluster run
+proves the shipping works (bench/spark_standalone.sh checks it on a real standalone cluster).
+
+spark-submit from the venv: the pip package's bin/find-spark-home runs `python3` from PATH (unless
+PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON is set) to locate SPARK_HOME; a python3 without pyspark
+fails with "Could not find valid SPARK_HOME". Set PYSPARK_PYTHON to the venv interpreter (which
+also makes the driver and executors use it):
+    PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master local[2] jobs/importance.py --run RUN
 """
 from __future__ import annotations
 
@@ -75,6 +83,11 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
         b = b.master(master)
     elif not _under_spark_submit():
         b = b.master("local[2]")
+    if master is None and _under_spark_submit():
+        from pyspark import SparkConf
+
+        master = SparkConf().get("spark.master", "local[*]")  # what spark-submit was given
+    local = (master or "local").startswith("local")
     if not _under_spark_submit():
         b = b.config("spark.driver.memory", driver_memory)
     b = (b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -83,8 +96,9 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
           # many small input folders: list them on the driver instead of a Spark job per load
           .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
           .config("spark.sql.session.timeZone", "UTC")
-          .config("spark.sql.adaptive.enabled", "true")
-          .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
+          .config("spark.sql.adaptive.enabled", "true"))
+    if local:
+        b = b.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     try:
         spark = b.getOrCreate()
     except Exception as e:  # JVM failed to start: still one sentence for the user

@@ -7,9 +7,9 @@ afterwards a paper the anchor does not cite (easy). Sampling stops when referenc
 with n references, step t exists iff (t < H and n >= 2t + 2) or (t >= H and n >= t + 1 + H),
 so an anchor with one reference gives no triplet when H >= 1 (there is no hard negative for it).
 
-All choices are window functions with total orders or seeded xxhash64 values, so the output does
-not depend on partitioning. Easy negatives: every candidate paper (has a title) gets a hash bucket;
-slot (anchor, t) looks at 3 consecutive buckets from hash(seed, anchor, t) and takes the
+All choices are sorts with total orders or seeded xxhash64 values (min over sets), so the output
+does not depend on partitioning. Easy negatives: every candidate paper (has a title) gets a hash
+bucket; slot (anchor, t) looks at 3 consecutive buckets from hash(seed, anchor, t) and takes the
 candidate with the smallest hash(seed, anchor, t, paper) that the anchor does not cite (and is not
 the anchor). Buckets hold ~8 papers, so the join stays linear in the number of slots.
 """
@@ -33,57 +33,82 @@ class TripletConfig:
     bucket_size: int = 8
 
 
-def sample_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig) -> DataFrame:
-    """pairs: citing_id, cited_id, importance, tie_hash. papers: paper_id, title."""
+def has_title(col="title"):
+    return F.col(col).isNotNull() & (F.length(F.trim(col)) > 0)
+
+
+def sample_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, n_candidates: int | None = None) -> DataFrame:
+    """pairs: citing_id, cited_id, importance, tie_hash [, has_text: both papers have a title, which
+    saves two joins]. papers: paper_id, title. n_candidates: number of papers with a title, if known.
+
+    One shuffle groups each anchor's references into an array sorted by (importance desc, tie_hash,
+    cited_id); steps t are generated from the array (positive = L[t], hard negative = L[n-1-t]),
+    so Algorithm 1 needs no window and no join; easy slots join a small table of candidate buckets."""
     seed = int(cfg.seed)
-    texts = papers.where(F.col("title").isNotNull() & (F.length(F.trim("title")) > 0)).select("paper_id")
-    refs = (pairs.join(texts.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_semi")
-            .join(texts.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi"))
+    texts = papers.where(has_title()).select("paper_id")
+    if "has_text" in pairs.columns:
+        refs = pairs.where("has_text")
+    else:
+        refs = (pairs.join(texts.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_semi")
+                .join(texts.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi"))
     if cfg.anchor_fraction < 1.0:
         refs = refs.where(F.pmod(F.xxhash64(F.lit(seed), F.lit("anchor"), "citing_id"), F.lit(1_000_000))
                           < int(cfg.anchor_fraction * 1_000_000))
-    w = Window.partitionBy("citing_id").orderBy(F.col("importance").desc(), F.col("tie_hash").asc(), F.col("cited_id").asc())
-    ranked = (refs.withColumn("r", F.row_number().over(w) - 1)
-              .withColumn("n", F.count(F.lit(1)).over(Window.partitionBy("citing_id"))))
     K, H = int(cfg.K), int(cfg.H)
-    t_ok = lambda t: ((t < H) & (F.col("n") >= 2 * t + 2)) | ((t >= H) & (F.col("n") >= t + 1 + H))  # noqa: E731
-    pos = (ranked.where((F.col("r") < K) & t_ok(F.col("r")))
-           .select(F.col("citing_id").alias("anchor_id"), F.col("r").alias("t"), F.col("cited_id").alias("positive_id"), "n"))
-    hard = (ranked.withColumn("t", F.col("n") - 1 - F.col("r"))
-            .where((F.col("t") < H) & (F.col("t") < K) & t_ok(F.col("t")))
-            .select(F.col("citing_id").alias("anchor_id"), "t", F.col("cited_id").alias("negative_id"),
-                    F.lit("hard").alias("negative_kind")))
-    with_hard = pos.join(hard, ["anchor_id", "t"], "inner") if H > 0 else None
-    easy_slots = pos.where(F.col("t") >= H).select("anchor_id", "t", "positive_id")
-    easy = easy_negatives(easy_slots, texts, pairs, seed, cfg.bucket_size)
-    parts = [easy.select("anchor_id", "t", "positive_id", "negative_id", F.lit("easy").alias("negative_kind"))]
-    if with_hard is not None:
-        parts.append(with_hard.select("anchor_id", "t", "positive_id", "negative_id", "negative_kind"))
-    trip = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    lists = refs.groupBy(F.col("citing_id").alias("anchor_id")).agg(F.sort_array(F.collect_list(F.struct(
+        (-F.col("importance")).alias("ni"), "tie_hash", "cited_id"))).alias("L"))
+    lists = lists.select("anchor_id", F.transform("L", lambda x: x["cited_id"]).alias("L"))
+    n = F.size("L")
+    steps = lists.select("anchor_id", "L", F.explode(F.sequence(F.lit(0), F.lit(K - 1))).alias("t"))
+    ok = ((F.col("t") < H) & (n >= 2 * F.col("t") + 2)) | ((F.col("t") >= H) & (n >= F.col("t") + 1 + H))
+    steps = steps.where(ok).withColumn("positive_id", F.element_at("L", F.col("t") + 1))
+    hard = steps.where(F.col("t") < H).select(
+        "anchor_id", "t", "positive_id", F.element_at("L", n - F.col("t")).alias("negative_id"),
+        F.lit("hard").alias("negative_kind"))
+    easy = easy_negatives(steps.where(F.col("t") >= H).select("anchor_id", "t", "positive_id", "L"),
+                          texts, None, seed, cfg.bucket_size, n_candidates)
+    trip = hard.unionByName(easy.select("anchor_id", "t", "positive_id", "negative_id", F.lit("easy").alias("negative_kind")))
     trip = remove_contradictions(trip)
     split = F.when(F.pmod(F.xxhash64(F.lit(seed), F.lit("split"), "anchor_id"), F.lit(10_000))
                    < int(round(cfg.val_fraction * 10_000)), F.lit(SPLIT_VAL)).otherwise(F.lit(SPLIT_TRAIN))
     return trip.withColumn("split", split)
 
 
-def easy_negatives(slots: DataFrame, texts: DataFrame, pairs: DataFrame, seed: int, bucket_size: int = 8) -> DataFrame:
-    n_cand = texts.count()  # one number to the driver: the bucket count
+def easy_negatives(slots: DataFrame, texts: DataFrame, pairs: DataFrame | None, seed: int, bucket_size: int = 8,
+                   n_candidates: int | None = None) -> DataFrame:
+    """slots: anchor_id, t, positive_id [, L = the anchor's cited ids]. Candidates (papers with a
+    title) are hashed into B buckets of ~bucket_size; slot (anchor, t) sees the buckets b0, b0+1,
+    b0+2 from hash(seed, anchor, t) and takes the candidate with the smallest hash(seed, anchor, t,
+    paper) that is not the anchor and not cited by it (not in L; without L, an anti-join with pairs)."""
+    n_cand = texts.count() if n_candidates is None else n_candidates  # one number: the bucket count
     B = max(1, n_cand // max(1, bucket_size))
-    cands = texts.select(F.col("paper_id").alias("negative_id"),
+    W = min(3, B)
+    cands = texts.select(F.col("paper_id").alias("id"),
                          F.pmod(F.xxhash64(F.lit(seed), F.lit("bucket"), "paper_id"), F.lit(B)).alias("b"))
-    b0 = F.pmod(F.xxhash64(F.lit(seed), F.lit("slot"), "anchor_id", "t"), F.lit(B))
-    s = slots.withColumn("b", F.explode(F.array(*[F.pmod(b0 + k, F.lit(B)) for k in range(min(3, B))])))
-    cited = pairs.select(F.col("citing_id").alias("anchor_id"), F.col("cited_id").alias("negative_id"))
-    j = (s.join(cands, "b").where(F.col("negative_id") != F.col("anchor_id"))
-         .join(cited, ["anchor_id", "negative_id"], "left_anti")
-         .withColumn("h", F.xxhash64(F.lit(seed), F.lit("easy"), "anchor_id", "t", "negative_id")))
-    return j.groupBy("anchor_id", "t", "positive_id").agg(F.min_by("negative_id", F.struct("h", "negative_id")).alias("negative_id"))
+    # window table: b0 -> candidates of buckets b0 .. b0+W-1 (W rows per candidate, grouped once)
+    win = (cands.select("id", F.explode(F.array(*[F.pmod(F.col("b") - k, F.lit(B)) for k in range(W)])).alias("b0"))
+           .groupBy("b0").agg(F.collect_list("id").alias("C")))
+    s = slots.withColumn("b0", F.pmod(F.xxhash64(F.lit(seed), F.lit("slot"), "anchor_id", "t"), F.lit(B)))
+    if "L" not in slots.columns:
+        cited = pairs.groupBy(F.col("citing_id").alias("anchor_id")).agg(F.collect_list("cited_id").alias("L"))
+        s = s.join(cited, "anchor_id", "left")
+    j = s.join(win, "b0")
+    L = F.coalesce(F.col("L"), F.array().cast("array<string>"))
+    ok = F.filter("C", lambda c: (c != F.col("anchor_id")) & ~F.array_contains(L, c))
+    best = F.array_min(F.transform(ok, lambda c: F.struct(
+        F.xxhash64(F.lit(seed), F.lit("easy"), F.col("anchor_id"), F.col("t"), c).alias("h"), c.alias("id"))))
+    return j.select("anchor_id", "t", "positive_id", best["id"].alias("negative_id")).where(F.col("negative_id").isNotNull())
 
 
 def remove_contradictions(trip: DataFrame) -> DataFrame:
-    """Drop triplets whose (anchor, doc) appears both as a positive and as a negative."""
-    posp = trip.select("anchor_id", F.col("positive_id").alias("doc"))
-    negp = trip.select("anchor_id", F.col("negative_id").alias("doc"))
-    bad = posp.intersect(negp)
-    return (trip.join(bad.withColumnRenamed("doc", "positive_id"), ["anchor_id", "positive_id"], "left_anti")
-                .join(bad.withColumnRenamed("doc", "negative_id"), ["anchor_id", "negative_id"], "left_anti"))
+    """Drop triplets whose (anchor, doc) appears both as a positive and as a negative.
+
+    An anchor has at most K triplets, so one window over the anchor (one shuffle of the triplets)
+    collects its positives and negatives; no intersect and no anti-joins. (With the sampling above
+    a contradiction cannot arise: hard negatives are other references, easy ones are uncited; the
+    check guards the contract.)"""
+    w = Window.partitionBy("anchor_id")
+    return (trip.withColumn("_pos", F.collect_set("positive_id").over(w))
+                .withColumn("_neg", F.collect_set("negative_id").over(w))
+                .where(~F.array_contains("_neg", F.col("positive_id")) & ~F.array_contains("_pos", F.col("negative_id")))
+                .drop("_pos", "_neg"))

@@ -1,5 +1,9 @@
-"""Importance stage CLI: `python jobs/importance.py --run runs/x` or
-`spark-submit jobs/importance.py --run runs/x` (reads the ingest tables of the run)."""
+"""Importance stage CLI (reads the ingest tables of the run):
+  .venv/bin/python jobs/importance.py --run runs/x                 (local[2])
+  PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master local[2] jobs/importance.py --run runs/x
+  PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/spark-submit --master spark://HOST:7077 \
+      jobs/importance.py --run /shared/path/runs/x --shuffle-partitions 64
+(PYSPARK_PYTHON: the pip package's spark-submit finds SPARK_HOME with that interpreter.)"""
 import argparse
 import json
 import sys
@@ -23,10 +27,13 @@ def main(argv=None):
     ap.add_argument("--margin", type=float)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--scaled-score", action="store_true", default=None)
+    ap.add_argument("--shuffle-partitions", type=int, help="Spark shuffle partitions (cluster: 3-4 x total cores)")
+    ap.add_argument("--output-partitions", type=int, help="files per written table (0 = one per ~2M rows)")
     a = ap.parse_args(argv)
     cfg = config_from(ImportanceConfig, load_toml(a.config).get("importance"), feature_set=a.feature_set,
                       weight_method=a.weight_method, K=a.K, H=a.H, margin=a.margin, seed=a.seed,
-                      scaled_score=a.scaled_score)
+                      scaled_score=a.scaled_score, shuffle_partitions=a.shuffle_partitions,
+                      output_partitions=a.output_partitions)
     s = run_importance(cfg, RunLayout(Path(a.run)))
     print(json.dumps({k: s[k] for k in ("n_pairs", "n_triplets", "share_hard_negatives",
                                         "resolution_rate_per_source", "seconds")}, indent=1))
