@@ -143,19 +143,33 @@ def importance_section(s: dict) -> list[str]:
     return lines
 
 
+VAL_COLUMNS = ("val_loss", "val_accuracy", "val_accuracy_hard", "val_accuracy_easy", "val_mrr", "val_recall@1")
+
+
 def train_section(path: Path) -> tuple[list[str], dict]:
-    steps = []
+    """Training loss at the first and last logged step, and the validation rows as a table."""
+    rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            steps.append(json.loads(line))
+            rows.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-    losses = [s for s in steps if isinstance(s.get("loss"), (int, float))]
-    info = {"logged_steps": len(steps)}
+    losses = [r for r in rows if r.get("kind", "train") == "train" and isinstance(r.get("loss"), (int, float))]
+    vals = [r for r in rows if r.get("kind") == "val"]
+    info = {"logged_steps": len(losses)}
     if losses:
         info.update(first_loss=losses[0]["loss"], last_loss=losses[-1]["loss"],
                     first_step=losses[0].get("step"), last_step=losses[-1].get("step"))
-    return [f"- {k}: {_fmt(v)}" for k, v in info.items()], info
+    lines = [f"- {k}: {_fmt(v)}" for k, v in info.items()]
+    if vals:
+        cols = [c for c in VAL_COLUMNS if any(c in v for v in vals)]
+        lines += ["", "Validation triplets (held-out anchors; accuracy = share with d(a,p) < d(a,n); "
+                      "MRR / recall@1 of each anchor's positive among all validation candidates):", "",
+                  "| step | " + " | ".join(c.removeprefix("val_") for c in cols) + " |",
+                  "|---" * (len(cols) + 1) + "|"]
+        lines += ["| " + " | ".join([str(v.get("step"))] + [_fmt(v.get(c)) for c in cols]) + " |" for v in vals]
+        info["validation"] = vals
+    return lines, info
 
 
 def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
