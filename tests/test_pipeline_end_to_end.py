@@ -128,3 +128,20 @@ def test_missing_java_is_one_sentence(tmp_path):
     env["PATH"] = str(tmp_path)          # no java anywhere on it
     p = _run(["jobs/ingest.py", "--run", str(tmp_path / "r")], env=env)
     assert "Java 17" in _one_sentence_error(p)
+
+
+def test_the_real_map_opens_in_chromium_without_errors(finished_run):
+    sys.path.insert(0, str(REPO / "tests" / "mapping"))
+    import chromium_cdp
+    from test_html_browser import TABLE_RENDERED
+
+    if not os.path.exists(chromium_cdp.CHROMIUM):
+        pytest.skip("headless Chromium not installed; apt-get install chromium to run the browser tests")
+    run, _, _ = finished_run
+    r = chromium_cdp.open_page(run / "map.html", wait_js=TABLE_RENDERED, timeout=60)
+    assert r["ready"], "BokehJS did not render the topic table"
+    assert r["errors"] == [], r["errors"]
+    topics = pq.read_table(run / "topics").to_pandas()
+    # the table lists the map's topics largest first: the largest one's label reaches the page
+    biggest = topics.sort_values("size").groupby("resolution")["label"].last()
+    assert any(label in r["text"] for label in biggest), (list(biggest), r["text"][:500])
