@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from importance.readers import jats, medline_text, medline_xml, pubmed_csv, s2orc, scisummnet
+from importance.readers import clscisumm, jats, medline_text, medline_xml, pubmed_csv, s2orc, scisummnet
 from importance.readers.common import BadRecord, reject
 
 FORMATS = {"jats": jats.parse, "scisummnet": scisummnet.parse, "pubmed_csv": pubmed_csv.parse,
            "s2orc": s2orc.parse, "unarxive": s2orc.parse, "medline_xml": medline_xml.parse,
-           "medline_text": medline_text.parse}
+           "medline_text": medline_text.parse, "clscisumm": clscisumm.parse}
 # Which file names each format reads inside an input folder (Hadoop glob syntax).
 GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,json,json.gz}",
          "pubmed_csv": "*.{csv,csv.gz}", "s2orc": "*.{jsonl,jsonl.gz,json,json.gz}",
          "unarxive": "*.{jsonl,jsonl.gz,json,json.gz}", "medline_xml": "*.{xml,xml.gz}",
-         "medline_text": "*.{txt,txt.gz,medline,nbib}"}
+         "medline_text": "*.{txt,txt.gz,medline,nbib}",
+         "clscisumm": "*.xml"}  # annotation files are read beside the Citance_XML files
 
 
 def known_formats() -> str:

@@ -1,0 +1,111 @@
+"""CL-SciSumm 2018 reader and its Spark ingest, on real files in tests/data/clscisumm (see NOTICE.md)."""
+import re
+
+import pyarrow.parquet as pq
+from lxml import etree
+
+from importance.contracts import RunLayout
+from importance.ingest import IngestConfig, run_ingest
+from importance.readers import parse_file
+from importance.readers.common import clean_ws
+from importance.sections import classify_section
+
+RP = "C98-1097"
+CITING = ["C02-1033", "P04470", "P6230"]  # P04470 and P6230 are malformed (tag mismatch)
+
+
+def _recs(path, source="cls"):
+    return list(parse_file("clscisumm", source, str(path), path.read_bytes()))
+
+
+def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:
+    """Independent expectation: the SECTION holding each sid, via lxml XPath on a recovering parse."""
+    root = etree.fromstring(xml, etree.XMLParser(recover=True))
+    secs = root.findall("SECTION")
+    out = []
+    for sid in sids:
+        hit = [(i, s) for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
+        if hit:
+            title = clean_ws(hit[0][1].get("title"))
+            out.append((title, classify_section(None, title, hit[0][0])))
+        else:
+            out.append((None, "O"))
+    return out
+
+
+def _annotated(folder, citing):
+    text = next((folder / "annotation").glob("*.txt")).read_text(errors="replace")
+    sids = []
+    for line in text.splitlines():
+        if re.search(rf"Citing Article:\s*{re.escape(citing)}\s*\|", line):
+            ctext = line.split("Citation Text:")[1].split("|")[0]
+            sids.append(re.findall(r'sid\s*=\s*"(\d+)"', ctext)[0])
+    return sids
+
+
+def test_reader_papers_citances_and_sections(repo_root):
+    folder = repo_root / "tests/data/clscisumm" / RP
+    ref = _recs(folder / "Reference_XML" / f"{RP}.xml")
+    (p,) = [d for k, d in ref if k == "paper"]
+    root = etree.fromstring((folder / "Reference_XML" / f"{RP}.xml").read_bytes())
+    assert p["paper_id"] == "acl:c98-1097" and p["title"] == clean_ws(root.find("S").text) and p["year"] == 1998
+    assert not [d for k, d in ref if k == "citance"]  # the RP itself cites nothing here
+    n_ment = 0
+    for cid in CITING:
+        path = folder / "Citance_XML" / f"{cid}.xml"
+        recs = _recs(path)
+        assert not [d for k, d in recs if k == "reject"]  # malformed ones are recovered, not rejected
+        (paper,) = [d for k, d in recs if k == "paper"]
+        assert paper["paper_id"] == f"acl:{cid.lower()}" and paper["title"] is None  # no title sentence
+        sids = _annotated(folder, cid)
+        cits = [d for k, d in recs if k == "citance"]
+        assert {(c["citing_id"], c["cited_id"], c["ref_key"]) for c in cits} == {(paper["paper_id"], "acl:c98-1097", RP)}
+        assert len(cits) == max(1, len(sids))
+        sents = [d for k, d in recs if k == "sentence"]
+        expected = _expected_sections(path.read_bytes(), sids)
+        for c, (title, cls) in zip(cits, expected):
+            # The sentence the citance key matches exactly lies in the SECTION holding the sid.
+            hit = [s for s in sents if s["key"] == c["key"]]
+            assert hit and (hit[0]["section_title"], hit[0]["section_class"]) == (title, cls)
+        if not sids:
+            assert cits[0]["key"] is None  # unannotated: cites the RP, section unknown
+        n_ment += len(cits)
+    assert n_ment == 2 + 1 + 1
+
+
+def test_empty_and_unrecoverable_files_rejected_with_parser_message(repo_root, tmp_path):
+    empty = repo_root / "tests/data/clscisumm/C04-1089/Citance_XML/J13-2001.xml"
+    (rej,) = _recs(empty)
+    assert rej[0] == "reject" and rej[1]["level"] == "record" and "PAPER" in rej[1]["reason"]
+    src = repo_root / "tests/data/clscisumm" / RP / "Citance_XML" / "P04470.xml"
+    bad = tmp_path / RP / "Citance_XML" / "P04470.xml"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(src.read_bytes()[:20])  # cut inside the ABSTRACT: no sentence is recoverable
+    try:
+        etree.fromstring(bad.read_bytes())
+        raise AssertionError("expected a parse error")
+    except etree.XMLSyntaxError as e:
+        msg = str(e)
+    (rej,) = _recs(bad)
+    assert rej[0] == "reject" and rej[1]["reason"] == f"malformed XML: {msg}" and rej[1]["stage"] == "ingest"
+
+
+def test_spark_ingest_clscisumm_counts(spark, repo_root, tmp_path):
+    folder = repo_root / "tests/data/clscisumm"
+    layout = RunLayout(tmp_path / "run")
+    s = run_ingest(IngestConfig(inputs=[{"path": str(folder), "format": "clscisumm", "source": "cls"}]),
+                   layout, spark=spark)
+    d = s["per_source"]["cls"]
+    assert s["check_input_equals_papers_plus_rejects"] and d["check_citances"]
+    assert d["input_records"] == 5 and d["papers_corpus"] == 4 and d["record_rejects"] == 1
+    papers = pq.read_table(layout.table("papers")).to_pylist()
+    assert sorted(p["paper_id"] for p in papers) == sorted(["acl:c98-1097"] + [f"acl:{c.lower()}" for c in CITING])
+    refs = pq.read_table(layout.table("references")).to_pylist()
+    assert sorted(r["citing_id"] for r in refs) == sorted(f"acl:{c.lower()}" for c in CITING)
+    assert {r["cited_id"] for r in refs} == {"acl:c98-1097"} and d["references_resolved"] == 3
+    ments = pq.read_table(layout.table("mentions")).to_pylist()
+    assert len(ments) == 4 and d["citance_section_match_rate"] == 0.75  # P6230: unannotated -> O
+    exp = _expected_sections((folder / RP / "Citance_XML" / "C02-1033.xml").read_bytes(), _annotated(folder / RP, "C02-1033"))
+    got = sorted((m["section_title"], m["section_class"]) for m in ments if m["citing_id"] == "acl:c02-1033")
+    assert got == sorted(exp)
+    assert [m["section_class"] for m in ments if m["citing_id"] == "acl:p6230"] == ["O"]
