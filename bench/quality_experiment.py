@@ -1,0 +1,480 @@
+"""Quality experiment (issue 4): base encoder vs H = 0 (SPECTER-style) vs H = 2 (importance-aware).
+
+One command:
+    .venv/bin/python bench/quality_experiment.py --out runs/quality [--steps N] [--seeds 0 1 2]
+
+Steps (each cached in --out, so a re-run resumes):
+1. Data: the full eLife set (research articles only) and ScisummNet are extracted from
+   ../shared/data into <out>/cache (or --elife-dir / --scisumm-dir); --sample uses the repo sample.
+2. Ingest once into <out>/shared (training corpus), and the PubMed records into <out>/pubmed.
+3. Importance twice on the same tables: <out>/h2 (H=2) and <out>/h0 (H=0), same K and seed; the
+   triplets' "val" split (by anchor hash, identical for both) is never trained on.
+4. Fine-tune minilm from the same start for every (H, seed) with an equal budget.
+5. Metrics per model (METHODS.md §6-7, mapping/scidocs.py):
+   (a) cite: each held-out (val) anchor's cited papers that have text (relevant) + up to 25
+       random papers it does not cite (non-relevant; drawn from the papers cited by the anchor's
+       source, so positives and negatives have the same kind of text; seeded, same for all
+       models), ranked by L2 distance: MAP, nDCG. "cite-ft": the same restricted to in-set
+       full-text papers (eLife->eLife, ACL->ACL) with full-text negatives.
+   (b) eLife subject classification: first heading subject, classes with >= 10 papers, LinearSVC
+       with C in 1e-4..1e2 by 3-fold CV, macro-F1.
+   (c) MeSH clustering on the PubMed records: exact 20-NN cosine graph, CWTS-normalised weights,
+       Leiden CPM at several resolutions, accuracy A and granularity G; reported as mean A over the
+       resolutions and as relative accuracy (seed paper Fig. 6) over all models' curves together.
+   Mean ± std over seeds per cell; writes results.json and results.md and prints results.md.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from importance.contracts import SPLIT_VAL, RunLayout  # noqa: E402
+from importance.runtime import read_table  # noqa: E402
+
+DATA = REPO.parent / "shared" / "data"
+ELIFE_TAR = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
+SCISUMM_TAR = DATA / "cl-scisumm" / "scisummnet-2019.tar.gz"
+SCISUMM_SUB = "data/Training-Set-2019/Task1/From-ScisummNet-2019"
+T0 = time.time()
+
+
+def say(msg: str) -> None:
+    print(f"[{time.time() - T0:7.1f}s] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- data
+
+def prepare_data(args, out: Path) -> tuple[Path, Path]:
+    if args.sample:
+        return REPO / "sample" / "elife", REPO / "sample" / "scisummnet"
+    cache = out / "cache"
+    elife = Path(args.elife_dir) if args.elife_dir else cache / "elife_research"
+    if not args.elife_dir and not elife.exists():
+        raw = cache / "elife"
+        if not raw.exists():
+            say(f"extracting {ELIFE_TAR.name}")
+            raw.mkdir(parents=True)
+            with tarfile.open(ELIFE_TAR) as t:
+                t.extractall(raw, filter="data")
+        tmp = cache / "elife_research.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        n = 0
+        for f in sorted(raw.glob("*.xml")):
+            with open(f, "rb") as fh:
+                head = fh.read(4096)
+            if b'article-type="research-article"' in head:
+                link = tmp / f.name
+                if not link.exists():
+                    link.symlink_to(f.resolve())
+                n += 1
+        tmp.rename(elife)
+        say(f"eLife research articles: {n}")
+    scisumm = Path(args.scisumm_dir) if args.scisumm_dir else cache / "scisumm_raw" / SCISUMM_SUB
+    if not args.scisumm_dir and not scisumm.exists():
+        say(f"extracting {SCISUMM_TAR.name}")
+        (cache / "scisumm_raw").mkdir(parents=True, exist_ok=True)
+        with tarfile.open(SCISUMM_TAR) as t:
+            t.extractall(cache / "scisumm_raw", filter="data")
+    return elife, scisumm
+
+
+def _link_tables(src: Path, dest: Path, names) -> RunLayout:
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        link = dest / n
+        if not link.exists():
+            link.symlink_to((src / n).resolve())
+    return RunLayout(dest)
+
+
+def _done(marker: Path) -> bool:
+    return marker.exists()
+
+
+def _mark(marker: Path, obj: dict) -> None:
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, marker)
+
+
+def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
+    from importance.ingest import IngestConfig, run_ingest
+    from importance.job import ImportanceConfig, run_importance
+
+    shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
+    todo = [not _done(shared.root / "ingest.done"), not _done(pubmed.root / "ingest.done")]
+    todo += [not _done(out / f"h{h}" / "importance.done") for h in (2, 0)]
+    info = {}
+    if not any(todo):
+        return info
+    from importance.spark import get_spark
+
+    spark = get_spark()
+    try:
+        if todo[0]:
+            say("ingest eLife + ScisummNet")
+            t = time.time()
+            s = run_ingest(IngestConfig(inputs=[
+                {"path": str(elife), "format": "jats", "source": "elife"},
+                {"path": str(scisumm), "format": "scisummnet", "source": "scisummnet"}]), shared, spark=spark)
+            _mark(shared.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
+            say(f"ingest done in {time.time() - t:.0f}s")
+        if todo[1]:
+            t = time.time()
+            s = run_ingest(IngestConfig(inputs=[{"path": str(REPO / "sample" / "pubmed"), "format": "pubmed_csv",
+                                                 "source": "pubmed"}]), pubmed, spark=spark)
+            _mark(pubmed.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
+        for h in (2, 0):
+            d = out / f"h{h}"
+            if _done(d / "importance.done"):
+                continue
+            lay = _link_tables(shared.root, d, ("papers", "references", "mentions"))
+            t = time.time()
+            say(f"importance H={h}")
+            s = run_importance(ImportanceConfig(K=args.K, H=h, margin=args.margin, seed=args.data_seed), lay,
+                               spark=spark)
+            _mark(d / "importance.done", {"seconds": time.time() - t, "summary": s})
+            say(f"importance H={h} done in {time.time() - t:.0f}s")
+    finally:
+        spark.stop()
+    return info
+
+
+def triplet_stats(out: Path) -> dict:
+    res = {}
+    for h in (2, 0):
+        df = read_table(RunLayout(out / f"h{h}").table("triplets"),
+                        columns=["anchor_id", "negative_kind", "split"]).to_pandas()
+        res[f"H={h}"] = {"triplets": int(len(df)), "train": int((df.split != SPLIT_VAL).sum()),
+                         "val": int((df.split == SPLIT_VAL).sum()),
+                         "anchors_train": int(df[df.split != SPLIT_VAL].anchor_id.nunique()),
+                         "anchors_val": int(df[df.split == SPLIT_VAL].anchor_id.nunique()),
+                         "hard": int((df.negative_kind == "hard").sum())}
+    return res
+
+
+# ---------------------------------------------------------------- training
+
+def train_model(args, out: Path, h: int, seed: int) -> Path:
+    from encoders.train import TrainConfig, run_train
+
+    if True:
+        if True:
+            name = f"H={h} seed={seed}"
+            d = out / "models" / f"h{h}-s{seed}-n{args.steps}"
+            lay = _link_tables(out / f"h{h}", d, ("papers", "triplets"))
+            if not _done(d / "train.done"):
+                say(f"train {name} ({args.steps} steps)")
+                t = time.time()
+                cfg = TrainConfig(model=args.model, max_steps=args.steps, batch_size=args.batch_size, grad_accum=1,
+                                  lr=args.lr, margin=args.margin, max_length=args.max_length, seed=seed,
+                                  val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu")
+                s = run_train(cfg, lay)
+                _mark(d / "train.done", {"seconds": time.time() - t, "summary": s})
+                say(f"train {name} done in {time.time() - t:.0f}s")
+            return lay.model_dir
+
+
+# ---------------------------------------------------------------- evaluation sets
+
+def _has_text(title, abstract) -> bool:
+    return bool((title or "").strip() or (abstract or "").strip())
+
+
+def build_eval_sets(args, out: Path) -> dict:
+    """Cite queries (qrels files in SciDocs format), eLife labels and PubMed papers."""
+    from mapping.scidocs import write_qrels
+
+    shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
+    papers = read_table(shared.table("papers"), columns=["paper_id", "title", "abstract", "fields", "source",
+                                                         "has_fulltext"]).to_pandas().drop_duplicates("paper_id")
+    papers = papers[[_has_text(t, a) for t, a in zip(papers.title, papers.abstract)]]
+    refs = read_table(shared.table("references"), columns=["citing_id", "cited_id"]).to_pandas()
+    refs = refs.dropna().drop_duplicates()
+    refs = refs[refs.citing_id != refs.cited_id]
+    text_ids = set(papers.paper_id)
+    refs = refs[refs.cited_id.isin(text_ids)]
+    src = dict(zip(papers.paper_id, papers.source))
+    fulltext = set(papers.paper_id[papers.has_fulltext])
+    # Held-out anchors: val-split anchors of both triplet sets (the split is by anchor hash).
+    val = None
+    for h in (2, 0):
+        t = read_table(RunLayout(out / f"h{h}").table("triplets"), columns=["anchor_id", "split"]).to_pandas()
+        a = set(t.anchor_id[t.split == SPLIT_VAL])
+        train_a = set(t.anchor_id[t.split != SPLIT_VAL])
+        assert not (a & train_a), "an anchor is in both splits"
+        val = a if val is None else (val & a)
+    cited_by = refs.groupby("citing_id")["cited_id"].apply(set).to_dict()
+    refs_src = refs.assign(s=refs.citing_id.map(src))
+    qrels_sets, eligible = {}, {}
+    rng = np.random.default_rng(args.eval_seed)
+    for variant in ("cite", "cite-ft"):
+        pools = {}
+        for s, grp in refs_src.groupby("s"):
+            pool = sorted(set(grp.cited_id))
+            if variant == "cite-ft":
+                pool = [p for p in pool if p in fulltext]
+            pools[s] = np.array(pool, dtype=object)
+        qrels = {}
+        for q in sorted(val):
+            rel = cited_by.get(q, set())
+            if variant == "cite-ft":
+                rel = {p for p in rel if p in fulltext}
+            if not rel or q not in text_ids:
+                continue
+            if len(rel) > args.max_rel:  # SciDocs cite: 5 cited + 25 uncited per query
+                rel = set(rng.choice(sorted(rel), args.max_rel, replace=False).tolist())
+            pool = pools.get(src.get(q), np.array([], dtype=object))
+            cand = pool[~np.isin(pool, list(rel | {q}))]
+            neg = rng.choice(cand, size=min(args.n_neg, len(cand)), replace=False) if len(cand) else []
+            qrels[q] = {**{p: 1 for p in sorted(rel)}, **{p: 0 for p in neg}}
+        keys = sorted(qrels)
+        eligible[variant] = len(keys)
+        if len(keys) > args.max_queries:
+            keys = sorted(rng.choice(keys, args.max_queries, replace=False).tolist())
+        qrels = {k: qrels[k] for k in keys}
+        write_qrels(out / f"qrels-{variant}.txt", qrels)
+        qrels_sets[variant] = qrels
+    el = papers[(papers.source == "elife") & papers.has_fulltext].copy()
+    el["label"] = el.fields.map(lambda f: f[0] if f is not None and len(f) else None)
+    el = el.dropna(subset=["label"])
+    counts = el.label.value_counts()
+    el = el[el.label.isin(counts[counts >= 10].index)]
+    pm = read_table(pubmed.table("papers"), columns=["paper_id", "title", "abstract", "mesh"]).to_pandas()
+    pm = pm.drop_duplicates("paper_id")
+    pm = pm[pm.mesh.map(lambda m: m is not None and len(m) > 0)
+            & np.array([_has_text(t, a) for t, a in zip(pm.title, pm.abstract)], bool)].reset_index(drop=True)
+    need = set(el.paper_id)
+    for qrels in qrels_sets.values():
+        for q, c in qrels.items():
+            need.add(q)
+            need.update(c)
+    texts = papers[papers.paper_id.isin(need)][["paper_id", "title", "abstract"]]
+    texts = pd.concat([texts, pm[["paper_id", "title", "abstract"]]]).drop_duplicates("paper_id")
+    return {"qrels": qrels_sets, "elife": el[["paper_id", "label"]].reset_index(drop=True), "pubmed": pm,
+            "texts": texts.reset_index(drop=True), "val_anchors": len(val),
+            "eligible": eligible}
+
+
+# ---------------------------------------------------------------- metrics
+
+def mesh_curve(X: np.ndarray, mv, resolutions, min_size: int) -> list[dict]:
+    from mapping.cluster import ClusterConfig, build_graph, cluster_graph
+    from mapping.io import l2_normalise
+    from mapping.knn import KnnConfig, knn_edges
+    from mapping.mesh_accuracy import accuracy, granularity
+
+    Xn = np.ascontiguousarray(l2_normalise(X.astype(np.float32)))
+    _, s, d, sim, _ = knn_edges(Xn, KnnConfig(k=20, index="flat", gpu="never"))
+    n = len(Xn)
+    g = build_graph(s, d, sim, extra_ids=np.arange(n))
+    pos = {int(pid): i for i, pid in enumerate(g.ids)}
+    ig = g.igraph()
+    rows = []
+    for r in resolutions:
+        mem, _ = cluster_graph(g, r, ClusterConfig(min_cluster_size=min_size), ig)
+        lab = mem[[pos[i] for i in range(n)]][mv.rows]
+        a, _ = accuracy(mv.V, lab)
+        rows.append({"resolution": r, "accuracy": a, "granularity": granularity(lab), "clusters": int(mem.max() + 1)})
+    return rows
+
+
+def evaluate_model(args, spec, ev: dict, mv) -> dict:
+    import torch
+
+    from encoders.embed import embed_texts
+    from encoders.model import load_encoder
+    from mapping.scidocs import evaluate_ranking, svm_macro_f1
+
+    torch.set_num_threads(args.threads)
+    enc = load_encoder(str(spec), None, args.max_length, "cpu")
+    texts = ev["texts"]
+    t = time.time()
+    X = embed_texts(enc, enc.texts(texts.title, texts.abstract), batch_size=64, precision="float32")
+    emb_s = time.time() - t
+    idx = {p: i for i, p in enumerate(texts.paper_id)}
+    emb = {p: X[i] for p, i in idx.items()}
+    res = {"embed_s": round(emb_s, 1), "texts": len(texts)}
+    for variant, qrels in ev["qrels"].items():
+        r = evaluate_ranking(qrels, emb)
+        res[f"{variant}_map"], res[f"{variant}_ndcg"], res[f"{variant}_queries"] = r["map"], r["ndcg"], r["queries"]
+    el = ev["elife"]
+    c = svm_macro_f1(X[[idx[p] for p in el.paper_id]], el.label.tolist(), seed=0)
+    res["cls_f1"], res["cls_C"] = c["macro_f1"], c["C"]
+    pm = ev["pubmed"]
+    res["mesh_curve"] = mesh_curve(X[[idx[p] for p in pm.paper_id]], mv, args.resolutions, args.min_cluster_size)
+    res["mesh_mean_A"] = float(np.mean([r["accuracy"] for r in res["mesh_curve"]]))
+    return res
+
+
+def mesh_vectors(pm: pd.DataFrame):
+    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, publication_vectors
+
+    return publication_vectors([list(m) for m in pm.mesh], drop_names=CHECK_TAGS, drop_uis=CHECK_TAG_UIS)
+
+
+# ---------------------------------------------------------------- report
+
+METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_map", "cite-ft MAP"),
+           ("cite-ft_ndcg", "cite-ft nDCG"), ("cls_f1", "eLife subj. macro-F1"),
+           ("mesh_mean_A", "MeSH mean A"), ("mesh_rel_acc", "MeSH rel. acc.")]
+
+
+def _cell(vals: list[float]) -> str:
+    vals = [v for v in vals if v is not None and np.isfinite(v)]
+    if not vals:
+        return "—"
+    if len(vals) == 1:
+        return f"{vals[0]:.4f}"
+    return f"{np.mean(vals):.4f} ± {np.std(vals, ddof=1):.4f}"
+
+
+def report(args, out: Path, per_model: dict, data: dict) -> str:
+    from mapping.mesh_accuracy import relative_accuracy
+
+    curves = {n: ([r["granularity"] for r in m["mesh_curve"]], [r["accuracy"] for r in m["mesh_curve"]])
+              for n, m in per_model.items()}
+    try:
+        rel = relative_accuracy(curves)
+    except ValueError:
+        rel = {}
+    for n, m in per_model.items():
+        m["mesh_rel_acc"] = rel.get(n)
+    groups = {"base (minilm, untuned)": ["base"]}
+    for h, label in ((0, "H=0 (SPECTER-style)"), (2, "H=2 (importance-aware)")):
+        if h in args.H:
+            groups[label] = [f"H={h} seed={s}" for s in args.seeds]
+    rows = {g: {k: [per_model[n].get(k) for n in names if n in per_model] for k, _ in METRICS}
+            for g, names in groups.items()}
+    lines = [f"# Quality experiment: base vs H=0 vs H=2 ({'repo sample' if args.sample else 'full eLife research + ScisummNet'})",
+             "", "| model | models | " + " | ".join(lbl for _, lbl in METRICS) + " |",
+             "|---|---|" + "---|" * len(METRICS)]
+    for g, vals in rows.items():
+        done = sum(n in per_model for n in groups[g])
+        lines.append(f"| {g} | {done} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS) + " |")
+    paired = [s for s in args.seeds if f"H=2 seed={s}" in per_model and f"H=0 seed={s}" in per_model]
+    if paired:
+        diffs = {k: [per_model[f"H=2 seed={s}"].get(k) - per_model[f"H=0 seed={s}"].get(k) for s in paired
+                     if per_model[f"H=2 seed={s}"].get(k) is not None and per_model[f"H=0 seed={s}"].get(k) is not None]
+                 for k, _ in METRICS}
+        lines.append(f"| H=2 − H=0 (paired by seed) | {len(paired)} | "
+                     + " | ".join(_cell(diffs[k]).replace("0.", "+0.", 1) if diffs[k] and np.mean(diffs[k]) >= 0
+                                  else _cell(diffs[k]) for k, _ in METRICS) + " |")
+    q = {v: next(iter(per_model.values())).get(f"{v}_queries") for v in ("cite", "cite-ft")}
+    ts = data.get("triplets", {})
+    lines += ["",
+              f"Budget per tuned model: {args.steps} optimizer steps × batch {args.batch_size} × grad_accum 1 "
+              f"(= {args.steps * args.batch_size} triplets), lr {args.lr}, margin {args.margin} (raw L2), "
+              f"max_length {args.max_length}, mean pooling, start {args.model}; train seeds {args.seeds}; "
+              f"triplets K={args.K}, seed {args.data_seed}.",
+              "Triplets: " + "; ".join(f"{k}: {v['train']} train / {v['val']} val, anchors {v['anchors_train']} train / "
+                                        f"{v['anchors_val']} val, {v['hard']} hard" for k, v in ts.items()) + ".",
+              f"(a) cite: {q['cite']} held-out anchors (val split, never trained on; a seeded sample of at most "
+              f"{args.max_queries} of the {data.get('cite_eligible', {}).get('cite')} with ≥1 cited paper that has text); "
+              f"candidates = ≤{args.max_rel} cited (relevant) + ≤{args.n_neg} random uncited papers cited elsewhere in the same source; "
+              f"L2 ranking. cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
+              f"(b) eLife research articles, first heading subject, classes ≥10 papers: n={data.get('cls_n')}, "
+              f"{data.get('cls_classes')} classes; LinearSVC, C∈1e-4..1e2, 3-fold CV.",
+              f"(c) {data.get('mesh_n')} PubMed records with MeSH; exact 20-NN cosine graph, Leiden CPM "
+              f"γ∈{args.resolutions}, min cluster {args.min_cluster_size}. 'mean A' = mean accuracy over the γ grid; "
+              "'rel. acc.' = relative accuracy over the common granularity range of all models (1 = average).",
+              "Cells: mean ± sample std over train seeds (base: one deterministic model).",
+              f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
+              f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="runs/quality")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--H", type=int, nargs="+", default=[0, 2])
+    ap.add_argument("--elife-dir")
+    ap.add_argument("--scisumm-dir")
+    ap.add_argument("--sample", action="store_true", help="use the repo sample instead of the full sets")
+    ap.add_argument("--model", default="minilm")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--margin", type=float, default=1.0)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--val-max", type=int, default=32)
+    ap.add_argument("--K", type=int, default=5)
+    ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--eval-seed", type=int, default=0)
+    ap.add_argument("--n-neg", type=int, default=25)
+    ap.add_argument("--max-queries", type=int, default=200)
+    ap.add_argument("--max-rel", type=int, default=5, help="cited papers kept per cite query (SciDocs: 5)")
+    ap.add_argument("--resolutions", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1])
+    ap.add_argument("--min-cluster-size", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--report-only", action="store_true",
+                    help="train and evaluate nothing new: rebuild results.md from the finished models")
+    args = ap.parse_args()
+    os.chdir(REPO)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"command": " ".join([".venv/bin/python", "bench/quality_experiment.py"] + sys.argv[1:]),
+            "load_start": [round(x, 2) for x in os.getloadavg()]}
+    elife, scisumm = prepare_data(args, out)
+    ingest_and_importance(args, out, elife, scisumm)
+    data["triplets"] = triplet_stats(out)
+    say(f"triplets: {data['triplets']}")
+    ev = build_eval_sets(args, out)
+    data.update(cls_n=len(ev["elife"]), cls_classes=int(ev["elife"].label.nunique()), mesh_n=len(ev["pubmed"]),
+                val_anchors=ev["val_anchors"], eval_texts=len(ev["texts"]), cite_eligible=ev["eligible"])
+    mv = mesh_vectors(ev["pubmed"])
+    data["mesh_n"] = int(len(mv.rows))
+    say(f"eval: {len(ev['texts'])} texts, cite queries {[len(q) for q in ev['qrels'].values()]}, "
+        f"eLife labelled {len(ev['elife'])}, PubMed {len(mv.rows)}")
+    per_model = {}
+    prev = json.loads((out / "results.json").read_text()).get("data", {}) if (out / "results.json").exists() else {}
+    cache = out / "eval_cache.json"
+    ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.resolutions,
+                                      args.min_cluster_size, args.max_length]).encode()).hexdigest()[:12]
+    # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
+    todo = [("base", None, None)] + [(f"H={h} seed={s}", h, s) for s in args.seeds for h in args.H]
+    for name, h, seed in todo:
+        if args.report_only and h is not None and not (out / "models" / f"h{h}-s{seed}-n{args.steps}" / "train.done").exists():
+            continue
+        spec = args.model if h is None else train_model(args, out, h, seed)
+        key = f"{name}|{spec}|{ekey}"
+        cached = json.loads(cache.read_text()) if cache.exists() else {}
+        if key in cached:
+            per_model[name] = cached[key]
+        elif args.report_only:
+            continue
+        else:
+            t = time.time()
+            per_model[name] = evaluate_model(args, spec, ev, mv)
+            cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
+            cached[key] = per_model[name]
+            _mark(cache, cached)
+            m = per_model[name]
+            say(f"eval {name}: cite MAP {m['cite_map']:.4f} nDCG {m['cite_ndcg']:.4f}, cite-ft MAP "
+                f"{m['cite-ft_map']:.4f}, F1 {m['cls_f1']:.4f}, mesh A {m['mesh_mean_A']:.4f} ({time.time() - t:.0f}s)")
+        # Results after every model: a run cut short still leaves a (partial) table.
+        data["wall_s"] = time.time() - T0
+        data["load_end"] = [round(x, 2) for x in os.getloadavg()]
+        if args.report_only and prev:  # keep the measuring run's command, wall time and load
+            data.update({k: prev[k] for k in ("command", "wall_s", "load_start", "load_end") if k in prev})
+        data["models_done"] = list(per_model)
+        md = report(args, out, per_model, data)
+        _mark(out / "results.json", {"args": vars(args), "data": data, "models": per_model})
+        (out / "results.md").write_text(md, encoding="utf-8")
+    print(md)
+
+if __name__ == "__main__":
+    main()
