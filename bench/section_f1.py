@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lxml import etree  # noqa: E402
 
-from importance.sections import CLASSES, class_from_sec_type, classify_section  # noqa: E402
+from importance.sections import CLASSES, class_from_sec_type, classify_section, macro_f1  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not SHARED.exists():
@@ -64,29 +64,14 @@ def labelled_sections(data: bytes, research_only: bool = False):
         pos += 1
 
 
-def scores(rows) -> tuple[dict, float, float]:
-    tp, fp, fn = Counter(), Counter(), Counter()
-    for t, p, *_ in rows:
-        if t == p:
-            tp[t] += 1
-        else:
-            fp[p] += 1
-            fn[t] += 1
-    per = {}
-    for c in CLASSES:
-        if tp[c] + fp[c] + fn[c] == 0:
-            continue
-        pr = tp[c] / (tp[c] + fp[c]) if tp[c] + fp[c] else 0.0
-        rc = tp[c] / (tp[c] + fn[c]) if tp[c] + fn[c] else 0.0
-        f1 = 2 * pr * rc / (pr + rc) if pr + rc else 0.0
-        per[c] = (pr, rc, f1, tp[c] + fn[c])
-    # Macro-F1 over the classes that occur as sec-type labels (the label set being measured); a
-    # class only ever predicted (support 0) is printed and also counted in the "union" variant.
+def scores(rows) -> tuple[dict, tuple[float, float], float]:
+    """Per-class (precision, recall, F1, support); macro-F1 over the labelled classes and over
+    labelled + predicted ones (a class only ever predicted has support 0); accuracy."""
+    m = macro_f1([r[0] for r in rows], [r[1] for r in rows], CLASSES)
+    per = {c: (v["precision"], v["recall"], v["f1"], v["support"]) for c, v in m["per_class"].items()}
     sup = [c for c, v in per.items() if v[3] > 0]
     macro = sum(per[c][2] for c in sup) / len(sup) if sup else float("nan")
-    union = sum(v[2] for v in per.values()) / len(per) if per else float("nan")
-    acc = sum(tp.values()) / len(rows) if rows else float("nan")
-    return per, (macro, union), acc
+    return per, (macro, m["macro_f1"]), m["accuracy"]
 
 
 def report(name: str, rows, show_errors: int = 0) -> float:

@@ -108,7 +108,8 @@ def classify_section(sec_type: str | None, title: str | None, position: int | No
 
 
 def macro_f1(truth: Iterable[str], pred: Iterable[str], classes: Iterable[str] = CLASSES) -> dict:
-    """Macro-F1 over the classes that occur in truth or prediction, plus per-class F1 and counts."""
+    """Macro-F1 over the classes that occur in truth or prediction, plus per-class precision,
+    recall, F1 and support (number of true labels)."""
     pairs = list(zip(truth, pred))
     tp, fp, fn = Counter(), Counter(), Counter()
     for t, p in pairs:
@@ -123,9 +124,12 @@ def macro_f1(truth: Iterable[str], pred: Iterable[str], classes: Iterable[str] =
             continue
         prec = tp[c] / (tp[c] + fp[c]) if tp[c] + fp[c] else 0.0
         rec = tp[c] / (tp[c] + fn[c]) if tp[c] + fn[c] else 0.0
-        per[c] = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-    return {"n": len(pairs), "macro_f1": sum(per.values()) / len(per) if per else float("nan"),
-            "per_class_f1": per, "accuracy": sum(tp.values()) / len(pairs) if pairs else float("nan")}
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        per[c] = {"precision": prec, "recall": rec, "f1": f1, "support": tp[c] + fn[c]}
+    f1s = {c: v["f1"] for c, v in per.items()}
+    return {"n": len(pairs), "macro_f1": sum(f1s.values()) / len(f1s) if f1s else float("nan"),
+            "per_class_f1": f1s, "per_class": per,
+            "accuracy": sum(tp.values()) / len(pairs) if pairs else float("nan")}
 
 
 def heading_rules_vs_sec_type(articles: Iterable[bytes]) -> dict:
