@@ -22,9 +22,8 @@ from urllib.parse import unquote, urlparse
 
 from lxml import etree
 
-from importance.readers.common import CITANCE, PAPER, SENTENCE, BadRecord, clean_ws, decompress, norm_title
-from importance.readers.scisummnet import FIELD, KEY_LEN, VENUES, acl_year, text_key
-from importance.sections import classify_section
+from importance.readers.common import CITANCE, PAPER, BadRecord, clean_ws, decompress, norm_title
+from importance.readers.scisummnet import FIELD, KEY_LEN, VENUES, abstract_text, acl_year, section_sentences, text_key
 
 _PARSER = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
 _SID = re.compile(r'sid\s*=\s*"(\d+)"')
@@ -105,26 +104,14 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
         raise BadRecord(f"malformed XML: {msg}" if msg else "not a CL-SciSumm <PAPER> with sentences")
     title = _title(root)  # Citance_XML files carry no title sentence: title stays null
     paper_id = f"acl:{pid.lower()}"
-    abs_el = root.find("ABSTRACT")
-    abstract = clean_ws(" ".join("".join(s.itertext()) for s in abs_el.iter("S"))) if abs_el is not None else None
+    abstract = abstract_text(root)
     out: list[tuple[str, dict]] = [(PAPER, {
-        "paper_id": paper_id, "title": title, "abstract": html.unescape(abstract) if abstract else None,
+        "paper_id": paper_id, "title": title, "abstract": abstract,
         "authors": [], "year": acl_year(pid), "venue": VENUES.get(pid[:1].upper(), "ACL Anthology") if acl_year(pid)
         else None, "fields": [FIELD], "mesh": [], "source": source, "has_fulltext": True, "source_file": path,
         "ord": 0, "title_norm": norm_title(title), "alt_ids": [paper_id]})]
-    by_sid: dict[str, str] = {}
-    n = 0
-    for pos, sec in enumerate(root.findall("SECTION")):
-        stitle = clean_ws(sec.get("title"))
-        cls = classify_section(None, stitle, pos)
-        for s in sec.iter("S"):
-            key = text_key("".join(s.itertext()))
-            if s.get("sid") is not None:
-                by_sid[s.get("sid")] = key
-            if key:
-                out.append((SENTENCE, {"paper_id": paper_id, "ord": n, "key": key, "section_title": stitle,
-                                       "section_class": cls, "position": pos, "source_file": path}))
-                n += 1
+    sentences, by_sid = section_sentences(root, paper_id, path)
+    out += sentences
     if kind == "Citance_XML" and rp:
         out += _citances(path, rp, pid, paper_id, by_sid, source)
     return out

@@ -87,25 +87,39 @@ def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[st
     title = clean_ws("".join(t.itertext())) if t is not None else None
     if not title:
         raise BadRecord("ScisummNet paper without a title sentence")
-    abs_el = root.find("ABSTRACT")
-    abstract = clean_ws(" ".join("".join(s.itertext()) for s in abs_el.iter("S"))) if abs_el is not None else None
-    abstract = html.unescape(abstract) if abstract else None
+    abstract = abstract_text(root)
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": html.unescape(title), "abstract": abstract, "authors": [],
         "year": acl_year(acl), "venue": VENUES.get(acl[0].upper(), "ACL Anthology"), "fields": [FIELD],
         "mesh": [], "source": source, "has_fulltext": True, "source_file": path, "ord": 0,
         "title_norm": norm_title(title), "alt_ids": [paper_id]})]
-    n = 0
+    sentences, _ = section_sentences(root, paper_id, path)
+    return out + sentences
+
+
+def abstract_text(root) -> str | None:
+    """The <ABSTRACT> sentences of a ScisummNet / CL-SciSumm <PAPER>, joined and unescaped."""
+    el = root.find("ABSTRACT")
+    text = clean_ws(" ".join("".join(s.itertext()) for s in el.iter("S"))) if el is not None else None
+    return html.unescape(text) if text else None
+
+
+def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, dict]], dict[str, str]]:
+    """SENTENCE records (match key, section title and class, position) of every <SECTION>, in
+    order, and the match key of each sentence id (CL-SciSumm annotations cite sentences by sid)."""
+    out, by_sid, n = [], {}, 0
     for pos, sec in enumerate(root.findall("SECTION")):
         stitle = clean_ws(sec.get("title"))
         cls = classify_section(None, stitle, pos)
         for s in sec.iter("S"):
             key = text_key("".join(s.itertext()))
+            if s.get("sid") is not None:
+                by_sid[s.get("sid")] = key
             if key:
                 out.append((SENTENCE, {"paper_id": paper_id, "ord": n, "key": key, "section_title": stitle,
                                        "section_class": cls, "position": pos, "source_file": path}))
                 n += 1
-    return out
+    return out, by_sid
 
 
 def _parse_citances(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
