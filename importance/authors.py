@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from importance.readers.common import strip_accents
 
 
@@ -44,12 +46,66 @@ def _accent_table() -> tuple[str, str]:
 ACCENTS_FROM, ACCENTS_TO = _accent_table()
 
 
-def spark_family_key(family_col, given_col):
-    """family_key as a Spark column expression (accents of Latin scripts stripped with translate)."""
+# Stored author keys (contracts: papers/references `author_keys`, `orcid_author_keys`), built once at
+# ingest so that same_author over two author lists is two set intersections:
+#   author_keys       = per author "#<orcid>" when it has an ORCID, else "family|i" (family_key)
+#   orcid_author_keys = "family|i" of the authors that have an ORCID (usually empty)
+# Lists a, b share an author iff author_keys(a) ∩ author_keys(b) (equal ORCIDs, or equal names of
+# authors without ORCID) or orcid_author_keys(a) ∩ author_keys(b) or author_keys(a) ∩
+# orcid_author_keys(b) (a name matches an author without ORCID on the other side); names
+# ("x|y") and ORCIDs ("#...") never collide.
+KEY_COLUMNS = ("author_keys", "orcid_author_keys")
+
+
+def _name_key_spark(a):
     from pyspark.sql import functions as F
 
-    def letters(c):
-        return F.regexp_replace(F.translate(F.lower(c), ACCENTS_FROM, ACCENTS_TO), "[^a-z]", "")
+    def fold(c):
+        return F.translate(F.lower(c), ACCENTS_FROM, ACCENTS_TO)
 
-    fam = letters(family_col)
-    return F.when(F.length(fam) > 0, F.concat(fam, F.lit("|"), F.substring(letters(F.coalesce(given_col, F.lit(""))), 1, 1)))
+    fam = F.regexp_replace(fold(a["family"]), "[^a-z]", "")
+    ini = F.regexp_extract(fold(F.coalesce(a["given"], F.lit(""))), "([a-z])", 1)
+    return F.when(F.length(fam) > 0, F.concat(fam, F.lit("|"), ini)).otherwise(F.lit(""))
+
+
+def author_keys_spark(col) -> dict:
+    """{author_keys, orcid_author_keys} as Spark expressions over an `authors` column."""
+    from pyspark.sql import functions as F
+
+    authors = F.coalesce(col, F.array())
+    keys = F.transform(authors, lambda a: F.when(a["orcid"].isNotNull(), F.concat(F.lit("#"), a["orcid"]))
+                       .otherwise(_name_key_spark(a)))
+    with_orcid = F.filter(authors, lambda a: a["orcid"].isNotNull())
+    return {"author_keys": F.filter(keys, lambda k: (k != "") & (k != "#")),
+            "orcid_author_keys": F.filter(F.transform(with_orcid, _name_key_spark), lambda k: k != "")}
+
+
+def author_keys_arrow(authors) -> dict:
+    """author_keys_spark for a pyarrow list<struct<family, given, orcid>> array (the generator's
+    writer): the same strings, vectorised (NFKD then letters only, as strip_accents)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    authors = pa.array(authors) if not isinstance(authors, pa.Array) else authors
+    authors = pc.if_else(pc.is_null(authors), pa.scalar([], authors.type), authors)
+    flat = authors.flatten()
+    owner = pc.list_parent_indices(authors).to_numpy()
+
+    def letters(c):
+        return pc.replace_substring_regex(pc.utf8_normalize(pc.utf8_lower(c), "NFKD"), "[^a-z]", "")
+
+    fam = pc.fill_null(letters(flat.field("family")), "")
+    ini = pc.utf8_slice_codeunits(pc.fill_null(letters(flat.field("given")), ""), 0, 1)
+    name = pc.if_else(pc.greater(pc.utf8_length(fam), 0), pc.binary_join_element_wise(fam, ini, "|"), "")
+    orcid = flat.field("orcid")
+    has_orcid = pc.is_valid(orcid).to_numpy(zero_copy_only=False)
+    key = pc.if_else(pa.array(has_orcid), pc.binary_join_element_wise("#", pc.fill_null(orcid, ""), ""), name)
+
+    def lists(values, keep):
+        n = np.bincount(owner[keep], minlength=len(authors))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(n)]).astype(np.int32))
+        return pa.ListArray.from_arrays(offsets, pc.filter(values, pa.array(keep)))
+
+    nonempty = lambda a: pc.not_equal(a, "").to_numpy(zero_copy_only=False)  # noqa: E731
+    return {"author_keys": lists(key, nonempty(key) & pc.not_equal(key, "#").to_numpy(zero_copy_only=False)),
+            "orcid_author_keys": lists(name, has_orcid & nonempty(name))}

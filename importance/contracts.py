@@ -19,6 +19,9 @@ SPLIT_TRAIN, SPLIT_VAL = "train", "val"
 SOURCES = ("elife", "scisummnet", "pubmed", "pmc", "medline", "s2orc", "unarxive")
 
 AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", pa.string())])
+# author_keys, orcid_author_keys (papers, references): normalised author identities derived from
+# `authors` once at ingest ("#<orcid>" or "family|i"; importance.authors explains the pair), so the
+# importance job's self-citation feature is set intersections instead of name normalisation.
 MESH = pa.struct([
     ("ui", pa.string()),             # descriptor UI (D000818) when known, else null
     ("name", pa.string()),           # descriptor name
@@ -31,14 +34,18 @@ SCHEMAS: dict[str, pa.Schema] = {
     # paper_id is stable and source-prefixed: doi:10.7554/elife.00003, acl:a00-1031, pmid:123.
     "papers": pa.schema([
         ("paper_id", pa.string()), ("title", pa.string()), ("abstract", pa.string()),
-        ("authors", pa.list_(AUTHOR)), ("year", pa.int32()), ("venue", pa.string()),
+        ("authors", pa.list_(AUTHOR)), ("author_keys", pa.list_(pa.string())),
+        ("orcid_author_keys", pa.list_(pa.string())),
+        ("year", pa.int32()), ("venue", pa.string()),
         ("fields", pa.list_(pa.string())), ("mesh", pa.list_(MESH)),
         ("source", pa.string()), ("has_fulltext", pa.bool_()), ("source_file", pa.string()),
     ]),
     # One row per entry of a citing paper's reference list.
     "references": pa.schema([
         ("citing_id", pa.string()), ("ref_key", pa.string()), ("cited_id", pa.string()),
-        ("title", pa.string()), ("authors", pa.list_(AUTHOR)), ("year", pa.int32()),
+        ("title", pa.string()), ("authors", pa.list_(AUTHOR)), ("author_keys", pa.list_(pa.string())),
+        ("orcid_author_keys", pa.list_(pa.string())),
+        ("year", pa.int32()),
         ("doi", pa.string()), ("pmid", pa.string()),
     ]),
     # One row per in-text citation (a mention of a reference inside a section).

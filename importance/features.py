@@ -2,10 +2,11 @@
 the self-citation flag S and a seeded tie-break hash.
 
 Built for scale: two joins attach to each reference-list row the author keys of the citing paper
-and of the cited corpus paper (else the entry's own), S is computed per row with Spark's
-higher-order functions (no explode, no distinct, no Python UDF), then reference rows and mentions
-go through ONE hash aggregation by (citing, cited) (counts by conditional sums, no pivot). The same pass keeps what
-the job's summary needs (reference rows, resolution flag, citing source) so that the summary comes
+and of the cited corpus paper (else the entry's own). The keys are normalised once at ingest
+(`author_keys`): normalising names here made this stage ~3x slower. S is computed per row with
+Spark's higher-order functions (no explode, no distinct, no Python UDF), then reference rows and
+mentions go through ONE hash aggregation by (citing, cited) (counts by conditional sums, no
+pivot). The same pass keeps what the job's summary needs (reference rows, resolution flag, citing source) so that the summary comes
 from one aggregation over the persisted pairs instead of re-running joins.
 """
 from __future__ import annotations
@@ -21,41 +22,23 @@ def tie_hash(seed: int, a: str = "citing_id", b: str = "cited_id"):
     return F.xxhash64(F.lit(int(seed)), F.col(a), F.col(b))
 
 
-def author_keys(col):
-    """array<string> of author keys: "family|i" (normalised family name + first initial), with
-    "#orcid" appended when the author has an ORCID; authors with neither are dropped. A flat string
-    array keeps the shuffle small; each name is normalised once (one regexp_replace for the family,
-    one regexp_extract for the initial)."""
-    from importance.authors import ACCENTS_FROM, ACCENTS_TO
+def keys_of(df: DataFrame) -> dict:
+    """The stored author keys of a papers/references DataFrame (authors.KEY_COLUMNS, written by
+    ingest and the generator; null = none). Only a table without them (written before they
+    existed) gets them computed from `authors`: a per-row fallback would read the wide `authors`
+    column again, which alone costs as much as the rest of the stage."""
+    from importance.authors import KEY_COLUMNS, author_keys_spark
 
-    def fold(c):
-        return F.translate(F.lower(c), ACCENTS_FROM, ACCENTS_TO)
-
-    def one(a):
-        fam = F.regexp_replace(fold(a["family"]), "[^a-z]", "")
-        ini = F.regexp_extract(fold(F.coalesce(a["given"], F.lit(""))), "([a-z])", 1)
-        nk = F.when(F.length(fam) > 0, F.concat(fam, F.lit("|"), ini)).otherwise(F.lit(""))
-        return F.when(a["orcid"].isNotNull(), F.concat(nk, F.lit("#"), a["orcid"])).otherwise(nk)
-
-    return F.filter(F.transform(F.coalesce(col, F.array()), one), lambda k: k != "")
+    if all(c in df.columns for c in KEY_COLUMNS):
+        return {c: F.coalesce(F.col(c), F.array().cast("array<string>")) for c in KEY_COLUMNS}
+    return author_keys_spark(F.col("authors"))
 
 
-def _names(keys, with_orcid: bool | None):
-    k = keys if with_orcid is None else F.filter(keys, lambda x: F.contains(x, F.lit("#")) == F.lit(with_orcid))
-    return F.filter(F.transform(k, lambda x: F.substring_index(x, "#", 1)), lambda x: x != "")
-
-
-def _orcids(keys):
-    return F.transform(F.filter(keys, lambda x: F.contains(x, F.lit("#"))), lambda x: F.substring_index(x, "#", -1))
-
-
-def shares_author(a_keys, b_keys):
-    """True when two author_keys arrays share an author (authors.same_author): equal ORCIDs when
-    both authors have one, else equal name keys. As sets: ORCIDs overlap, or a name of one side
-    equals the name of an author WITHOUT ORCID on the other side (hash-based arrays_overlap)."""
-    a, b = F.coalesce(a_keys, F.array()), F.coalesce(b_keys, F.array())
-    hit = (F.arrays_overlap(_orcids(a), _orcids(b)) | F.arrays_overlap(_names(a, None), _names(b, False))
-           | F.arrays_overlap(_names(a, False), _names(b, None)))
+def shares_author(a: dict, b: dict):
+    """authors.same_author over two author lists, from their stored keys (see importance.authors):
+    three hash-based set intersections, no per-row string work."""
+    k, o = "author_keys", "orcid_author_keys"
+    hit = F.arrays_overlap(a[k], b[k]) | F.arrays_overlap(a[o], b[k]) | F.arrays_overlap(a[k], b[o])
     return F.coalesce(hit, F.lit(False))
 
 
@@ -71,22 +54,35 @@ def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, s
     src (index of the citing paper's source in `sources`)."""
     text = (F.col("title").isNotNull() & (F.length(F.trim("title")) > 0)).cast("int")
     # only full-text papers cite: author keys of the citing side from those rows only
-    citing = papers.where("has_fulltext").select(F.col("paper_id").alias("citing_id"),
-                                                 author_keys(F.col("authors")).alias("a_keys"),
-                                                 F.col("source").alias("_src"), text.alias("a_text"))
-    cited = papers.select(F.col("paper_id").alias("cited_id"),
-                          F.when(F.col("has_fulltext"), author_keys(F.col("authors"))).alias("c_keys"),
+    pk = keys_of(papers)
+    citing = papers.where("has_fulltext").select(
+        F.col("paper_id").alias("citing_id"), pk["author_keys"].alias("a_k"), pk["orcid_author_keys"].alias("a_o"),
+        F.col("source").alias("_src"), text.alias("a_text"))
+    # cited side: the corpus paper's authors when it is a full-text paper with authors, else the
+    # reference entry's own; one pair of arrays travels on to the second join
+    cited_has = F.col("has_fulltext") & (F.size(pk["author_keys"]) > 0)
+    cited = papers.select(F.col("paper_id").alias("cited_id"), cited_has.alias("use_c"),
+                          F.when(cited_has, pk["author_keys"]).alias("c_k"),
+                          F.when(cited_has, pk["orcid_author_keys"]).alias("c_o"),
                           F.col("has_fulltext").cast("int").alias("resolved"), text.alias("c_text"))
+    rk = keys_of(references)
+    # Shuffled hash joins with the papers side as the build table: a sort-merge join would sort
+    # every reference row with its key arrays (measured 6 s of 31 s at 10M mentions). The build
+    # side per task is papers / shuffle partitions, so size the partitions for the corpus.
     r = (references.where(F.col("cited_id").isNotNull() & (F.col("cited_id") != F.col("citing_id")))
-         .select("citing_id", "cited_id", author_keys(F.col("authors")).alias("r_keys"))
-         .join(cited, "cited_id", "left").join(citing, "citing_id", "left"))
-    # cited side: the corpus paper's authors when it has any, else the reference entry's
-    c_keys = F.when(F.size(F.coalesce("c_keys", F.array())) > 0, F.col("c_keys")).otherwise(F.col("r_keys"))
+         .select("citing_id", "cited_id", rk["author_keys"].alias("r_k"), rk["orcid_author_keys"].alias("r_o"))
+         .join(cited.hint("shuffle_hash"), "cited_id", "left")
+         .select("citing_id", "cited_id", F.when(F.col("use_c"), F.col("c_k")).otherwise(F.col("r_k")).alias("c_k"),
+                 F.when(F.col("use_c"), F.col("c_o")).otherwise(F.col("r_o")).alias("c_o"), "resolved", "c_text")
+         .join(citing.hint("shuffle_hash"), "citing_id", "left"))
+    a_keys = {"author_keys": F.coalesce("a_k", F.array().cast("array<string>")),
+              "orcid_author_keys": F.coalesce("a_o", F.array().cast("array<string>"))}
+    c_keys = {"author_keys": F.col("c_k"), "orcid_author_keys": F.col("c_o")}
     src = (F.array_position(F.array(*[F.lit(x) for x in sources]), F.col("_src")).cast("int")
            if sources else F.lit(0))
     zero = F.lit(0)
     ref_rows = r.select("citing_id", "cited_id", F.lit(1).alias("is_ref"), F.lit(None).cast("string").alias("cls"),
-                        shares_author(F.col("a_keys"), c_keys).cast("int").alias("S"),
+                        shares_author(a_keys, c_keys).cast("int").alias("S"),
                         F.coalesce("resolved", zero).alias("resolved"),
                         F.coalesce(F.col("a_text") * F.col("c_text"), zero).alias("has_text"), src.alias("src"))
     men_rows = mentions.where(F.col("cited_id").isNotNull()).select(

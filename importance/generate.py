@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from importance.authors import author_keys_arrow
 from importance.contracts import SCHEMAS, RunLayout
 from importance.runtime import UserError, replace_dir
 
@@ -123,6 +124,10 @@ def _authors(ids: np.ndarray, n_labs: int, name_pool: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), structs)
 
 
+def _with_keys(authors: pa.Array) -> dict:
+    return {"authors": authors, **author_keys_arrow(authors)}
+
+
 class _Writer:
     def __init__(self, root: Path, name: str):
         self.dir = root / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -193,7 +198,7 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
         has_doi = (_hash(cited, 5) % np.uint64(100)) < 90
         doi = pc.if_else(pa.array(has_doi), _ids("10.99999/syn.", cited), pa.nulls(len(cited), pa.string()))
         wr.write({"citing_id": citing_s, "ref_key": ref_key, "cited_id": cited_s,
-                  "title": _ids("Synthetic paper ", cited), "authors": _authors(cited, n_labs, name_pool),
+                  "title": _ids("Synthetic paper ", cited), **_with_keys(_authors(cited, n_labs, name_pool)),
                   "year": pa.array(year), "doi": doi})
         # mentions per reference and their sections
         nm = rng.choice(np.arange(1, len(pmf) + 1), size=len(cited), p=pmf)
@@ -233,7 +238,7 @@ def _papers(ids: np.ndarray, fulltext: bool, n_labs: int, name_pool: int, source
     return {
         "paper_id": _ids("syn:", ids), "title": _ids("Synthetic paper ", ids),
         "abstract": _ids("Abstract of synthetic paper ", ids) if fulltext else pa.nulls(n, pa.string()),
-        "authors": _authors(ids, n_labs, name_pool),
+        **_with_keys(_authors(ids, n_labs, name_pool)),
         "year": pa.array((2000 + _hash(ids, 3) % np.uint64(17)).astype(np.int32)),
         "venue": pa.nulls(n, pa.string()),
         "fields": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), _ids("Field ", fields)),

@@ -147,6 +147,7 @@ def build_tables(spark, raw) -> dict:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    from importance.authors import author_keys_spark
     from importance.resolve import resolve_references
 
     schemas = _internal_schemas()
@@ -222,10 +223,11 @@ def build_tables(spark, raw) -> dict:
     paper_cols = SCHEMAS["papers"].names
     pschema = to_spark_schema("papers")
     cast = lambda df: df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in pschema.fields])  # noqa: E731
-    papers_out = cast(papers).unionByName(cast(title_only))
+    keyed = lambda df: df.withColumns(author_keys_spark(F.col("authors")))  # noqa: E731
+    papers_out = cast(keyed(papers)).unionByName(cast(keyed(title_only)))
     rejects = (dfs["reject"].unionByName(dups).unionByName(cit_rejects)
                .unionByName(ref_rejects).unionByName(dangling))
-    return {"papers": papers_out, "corpus": papers, "references": refs_res, "mentions": mentions_out,
+    return {"papers": papers_out, "corpus": papers, "references": keyed(refs_res), "mentions": mentions_out,
             "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols}
 
 

@@ -43,7 +43,8 @@ def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) ->
     import pyarrow.parquet as pq
 
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    write_spark_table(df, tmp, "triplets", partitions=partitions)
+    # repartition, not coalesce: the per-anchor sampling before it keeps all cores
+    write_spark_table(df, tmp, "triplets", partitions=partitions, shuffle=True)
     for part in sorted(tmp.glob("*.parquet")):
         f = pq.ParquetFile(part)
         md = dict(f.schema_arrow.metadata or {})
@@ -53,6 +54,8 @@ def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) ->
             for i in range(f.num_row_groups):
                 w.write_table(f.read_row_group(i))
         out.replace(part)
+        # Spark's checksum of the old bytes would make a later Spark read of this file fail
+        part.with_name(f".{part.name}.crc").unlink(missing_ok=True)
     replace_dir(tmp, dest)
     return dest
 
@@ -76,8 +79,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     1. pairs (one shuffle of references+mentions, two joins with papers) persisted once;
     2. ONE aggregation by source gives Table 3's inputs, pair/self/zero counts, the resolution
        rate per source and the number of candidate papers (METHODS.md §2 in one pass);
-    3. write the scored pairs; 4. triplets persisted, written, counted from the persisted rows."""
-    from pyspark import StorageLevel
+    3. write the scored pairs; 4. triplets computed once, written, counted from the written table."""
     from pyspark.sql import functions as F
 
     from importance.entropy import COLUMN, combine_stats, feature_set, format_table3, score, stats_aggs, weights_from_stats
@@ -135,17 +137,19 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     t1 = time.time()
     tcfg = TripletConfig(K=cfg.K, H=cfg.H, margin=cfg.margin, seed=cfg.seed, val_fraction=cfg.val_fraction,
                          anchor_fraction=cfg.anchor_fraction)
-    trip = sample_triplets(pairs, papers, tcfg, n_candidates=n_cand).persist(StorageLevel.MEMORY_AND_DISK)
+    trip = sample_triplets(pairs, papers, tcfg, n_candidates=n_cand)
     meta = {"K": cfg.K, "H": cfg.H, "margin": cfg.margin, "seed": cfg.seed, "feature_set": cfg.feature_set,
             "weight_method": cfg.weight_method, "scaled_score": cfg.scaled_score}
-    tcount = trip.groupBy("negative_kind", "split").agg(F.count(F.lit(1)).alias("n")).collect()
+    # computed once, written, then counted from the written table (cheaper than persisting it)
+    trip_parts = cfg.output_partitions or _auto_partitions(n_pairs // 10, 2_000_000, cfg.shuffle_partitions)
+    write_triplets(trip, layout.table("triplets"), meta, partitions=trip_parts)
+    written = spark.read.parquet(str(layout.table("triplets")))
+    tcount = written.groupBy("negative_kind", "split").agg(F.count(F.lit(1)).alias("n")).collect()
     counts = {(r["negative_kind"], r["split"]): r["n"] for r in tcount}
     n_trip = sum(counts.values())
-    trip_parts = cfg.output_partitions or _auto_partitions(n_trip, 2_000_000, cfg.shuffle_partitions)
-    write_triplets(trip, layout.table("triplets"), meta, partitions=trip_parts)
     timings["triplets_s"] = round(time.time() - t1, 2)
     n_hard = sum(v for (k, _), v in counts.items() if k == "hard")
-    anchors = trip.select(F.countDistinct("anchor_id")).first()[0]  # small: at most K rows per anchor
+    anchors = written.select(F.countDistinct("anchor_id")).first()[0]
 
     res = {r["source"]: {"references": r["refs"], "resolved": int(r["resolved_refs"] or 0),
                          "rate": round((r["resolved_refs"] or 0) / r["refs"], 4) if r["refs"] else None}
@@ -162,7 +166,6 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
         "resolution_rate_per_source": res, "triplet_meta": meta, "timings": timings,
         "seconds": round(time.time() - t0, 2), "config": asdict(cfg),
     }
-    trip.unpersist()
     shutil.rmtree(base_dir, ignore_errors=True)
     tmp = layout.importance_summary.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2))

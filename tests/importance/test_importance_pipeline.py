@@ -74,6 +74,18 @@ def test_counts_add_up(run):
     assert set(dup.source_file.str.rsplit("/", n=1).str[-1]) == {"zz_duplicate.xml.gz", "b.csv"}
 
 
+def test_ingest_writes_author_keys_equal_to_the_expression(run):
+    """papers.author_keys and references.author_keys as written by ingest match the authors."""
+    from importance.authors import author_keys_arrow
+
+    for name in ("papers", "references"):
+        t = pq.read_table(run[0].table(name), columns=["authors", "author_keys", "orcid_author_keys"])
+        expected = author_keys_arrow(t.column("authors").combine_chunks())
+        for c in ("author_keys", "orcid_author_keys"):
+            assert t.column(c).null_count == 0
+            assert expected[c].to_pylist() == t.column(c).to_pylist(), (name, c)
+        assert sum(len(k) for k in t.column("author_keys").to_pylist()) > 100
+
 def test_references_mentions_and_title_only(run):
     layout, _, _ = run
     refs = pq.read_table(layout.table("references")).to_pandas()

@@ -49,3 +49,20 @@ def test_deterministic_across_partitions(spark):
     assert {r[4] for r in r1} == {"train", "val"}
     # every anchor's rows are in one split
     assert one.groupBy("anchor_id").agg(F.countDistinct("split").alias("k")).where("k > 1").count() == 0
+
+
+def test_contradictory_triplets_are_removed(spark):
+    """A pairs table with a repeated (anchor, cited) row: C cites x twice (most and least
+    important), so x would be both the positive and the hard negative of step 0. That triplet goes;
+    no kept triplet of C has a document that is also a positive/negative of C elsewhere."""
+    pairs = [("C", "x", 9.0, 1), ("C", "y", 5.0, 2), ("C", "z", 4.0, 3), ("C", "w", 3.0, 4), ("C", "x", 0.0, 5)]
+    pdf = spark.createDataFrame(pairs, "citing_id string, cited_id string, importance double, tie_hash long")
+    papers = spark.createDataFrame([(p, "t") for p in ["C", "x", "y", "z", "w"] + [f"u{i}" for i in range(40)]],
+                                   "paper_id string, title string")
+    rows = sample_triplets(pdf, papers, TripletConfig(K=5, H=2, seed=3)).collect()
+    got = sorted((r.positive_id, r.negative_id, r.negative_kind) for r in rows)
+    # L = [x, y, z, w, x]: t0 (x, x) contradicts -> dropped; t1 (y, w) hard kept; t2 needs n >= 5: (z, easy)
+    assert [g[:1] + g[2:] for g in got] == [("y", "hard"), ("z", "easy")]
+    assert ("y", "w", "hard") in got
+    positives = {g[0] for g in got}
+    assert not positives & {g[1] for g in got}
