@@ -24,9 +24,12 @@ Extrapolation to 67M citations on a 16-core cluster (write-up method, not measur
   e ≈ 0.6–0.8 for shuffle-heavy SQL on one rack (measure e with the standalone script at 1 and 2
   workers if possible); set spark.sql.shuffle.partitions ≈ 3–4 × cores (48–64) and
   output_partitions 0 (auto: one file per 2M rows).
-- Memory: driver peak must stay flat in n (check the table); executor memory per core needs the
-  largest shuffle partition: pairs ≈ 60 bytes/row in Tungsten, 67M pairs / 64 partitions ≈ 1M
-  rows ≈ 60 MB per task, far below a 4 GB executor.
+- Memory: the Python driver's RSS must stay flat in n (nothing is collected but one aggregate row
+  per source, the weights and a few counts). In local mode the JVM heap figure also holds the
+  executors' task memory, so it grows with the partition size for the bare reference job too.
+  On a cluster, executor memory per task needs the largest shuffle partition and the build side
+  of the shuffled hash joins (papers / partitions: 35M papers / 64 ≈ 0.55M rows ≈ 50 MB), far
+  below a 4 GB executor.
 """
 from __future__ import annotations
 
