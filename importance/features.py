@@ -3,11 +3,12 @@ the self-citation flag S and a seeded tie-break hash.
 
 Built for scale: two joins attach to each reference-list row the author keys of the citing paper
 and of the cited corpus paper (else the entry's own). The keys are normalised once at ingest
-(`author_keys`): normalising names here made this stage ~3x slower. S is computed per row with
-Spark's higher-order functions (no explode, no distinct, no Python UDF), then reference rows and
+(`author_keys`, `orcid_author_keys`): normalising names here made this stage ~3x slower. S is
+three set intersections per row (no explode, no distinct, no Python UDF), then reference rows and
 mentions go through ONE hash aggregation by (citing, cited) (counts by conditional sums, no
-pivot). The same pass keeps what the job's summary needs (reference rows, resolution flag, citing source) so that the summary comes
-from one aggregation over the persisted pairs instead of re-running joins.
+pivot). The same pass keeps what the job's summary needs (reference rows, resolution flag, citing
+source) so that the summary comes from one aggregation over the persisted pairs instead of
+re-running joins.
 """
 from __future__ import annotations
 
