@@ -111,23 +111,17 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
     return spark
 
 
+# Arrow scalar type -> name of the Spark type (pyspark.sql.types)
+_SCALAR_TYPES = {pa.string(): "StringType", pa.large_string(): "StringType", pa.int64(): "LongType",
+                 pa.int32(): "IntegerType", pa.int16(): "ShortType", pa.float64(): "DoubleType",
+                 pa.float32(): "FloatType", pa.bool_(): "BooleanType"}
+
+
 def arrow_to_spark_type(t: pa.DataType):
     from pyspark.sql import types as T
 
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return T.StringType()
-    if pa.types.is_int64(t):
-        return T.LongType()
-    if pa.types.is_int32(t):
-        return T.IntegerType()
-    if pa.types.is_int16(t):
-        return T.ShortType()
-    if pa.types.is_float64(t):
-        return T.DoubleType()
-    if pa.types.is_float32(t):
-        return T.FloatType()
-    if pa.types.is_boolean(t):
-        return T.BooleanType()
+    if t in _SCALAR_TYPES:
+        return getattr(T, _SCALAR_TYPES[t])()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return T.ArrayType(arrow_to_spark_type(t.value_type), True)
     if pa.types.is_struct(t):
