@@ -109,3 +109,25 @@ def author_keys_arrow(authors) -> dict:
     nonempty = lambda a: pc.not_equal(a, "").to_numpy(zero_copy_only=False)  # noqa: E731
     return {"author_keys": lists(key, nonempty(key) & pc.not_equal(key, "#").to_numpy(zero_copy_only=False)),
             "orcid_author_keys": lists(name, has_orcid & nonempty(name))}
+
+
+def _overlap_arrow(a, b) -> np.ndarray:
+    """Per row i: do the string lists a[i] and b[i] share a value? (pyarrow ListArrays of the same
+    length; null lists are empty.) One semi-join of (row, value) pairs in Arrow's C++ hash join."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def pairs(x):
+        return pa.table({"r": pc.list_parent_indices(x), "k": x.flatten().cast(pa.string())})
+
+    hit = pairs(a).join(pairs(b), keys=["r", "k"], join_type="left semi").column("r").to_numpy()
+    out = np.zeros(len(a), dtype=bool)
+    out[hit] = True
+    return out
+
+
+def shares_author_arrow(a: dict, b: dict) -> np.ndarray:
+    """Row-wise same-author test of two aligned author-key tables ({author_keys, orcid_author_keys}
+    as pyarrow ListArrays): the three set intersections of the module comment, vectorised."""
+    k, o = "author_keys", "orcid_author_keys"
+    return _overlap_arrow(a[k], b[k]) | _overlap_arrow(a[o], b[k]) | _overlap_arrow(a[k], b[o])

@@ -22,6 +22,9 @@ AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", p
 # author_keys, orcid_author_keys (papers, references): normalised author identities derived from
 # `authors` once at ingest ("#<orcid>" or "family|i"; importance.authors explains the pair), so the
 # importance job's self-citation feature is set intersections instead of name normalisation.
+# entry_shares_author (references): the entry's own author list shares an author with its citing
+# paper, decided once at ingest where both lists are in hand; the importance job re-decides S only
+# for references resolved to a full-text corpus paper (whose author list then counts).
 MESH = pa.struct([
     ("ui", pa.string()),             # descriptor UI (D000818) when known, else null
     ("name", pa.string()),           # descriptor name
@@ -44,7 +47,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "references": pa.schema([
         ("citing_id", pa.string()), ("ref_key", pa.string()), ("cited_id", pa.string()),
         ("title", pa.string()), ("authors", pa.list_(AUTHOR)), ("author_keys", pa.list_(pa.string())),
-        ("orcid_author_keys", pa.list_(pa.string())),
+        ("orcid_author_keys", pa.list_(pa.string())), ("entry_shares_author", pa.bool_()),
         ("year", pa.int32()),
         ("doi", pa.string()), ("pmid", pa.string()),
     ]),

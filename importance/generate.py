@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from importance.authors import author_keys_arrow
+from importance.authors import author_keys_arrow, shares_author_arrow
 from importance.contracts import SCHEMAS, RunLayout
 from importance.runtime import UserError, replace_dir
 
@@ -197,8 +197,13 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
         year = (2000 + _hash(cited, 3) % np.uint64(17)).astype(np.int32)
         has_doi = (_hash(cited, 5) % np.uint64(100)) < 90
         doi = pc.if_else(pa.array(has_doi), _ids("10.99999/syn.", cited), pa.nulls(len(cited), pa.string()))
+        entry = _with_keys(_authors(cited, n_labs, name_pool))
+        # citing papers' keys, one row per reference (r_citing is sorted: index into this chunk)
+        citing_keys = author_keys_arrow(_authors(citing, n_labs, name_pool))
+        at = pa.array(r_citing - start)
+        entry_self = shares_author_arrow({k: v.take(at) for k, v in citing_keys.items()}, entry)
         wr.write({"citing_id": citing_s, "ref_key": ref_key, "cited_id": cited_s,
-                  "title": _ids("Synthetic paper ", cited), **_with_keys(_authors(cited, n_labs, name_pool)),
+                  "title": _ids("Synthetic paper ", cited), **entry, "entry_shares_author": pa.array(entry_self),
                   "year": pa.array(year), "doi": doi})
         # mentions per reference and their sections
         nm = rng.choice(np.arange(1, len(pmf) + 1), size=len(cited), p=pmf)

@@ -148,6 +148,7 @@ def build_tables(spark, raw) -> dict:
     from pyspark.sql import functions as F
 
     from importance.authors import author_keys_spark
+    from importance.features import with_entry_shares_author
     from importance.resolve import resolve_references
 
     schemas = _internal_schemas()
@@ -227,7 +228,9 @@ def build_tables(spark, raw) -> dict:
     papers_out = cast(keyed(papers)).unionByName(cast(keyed(title_only)))
     rejects = (dfs["reject"].unionByName(dups).unionByName(cit_rejects)
                .unionByName(ref_rejects).unionByName(dangling))
-    return {"papers": papers_out, "corpus": papers, "references": keyed(refs_res), "mentions": mentions_out,
+    # entry_shares_author: decided here, where the citing paper's (completed) author list is in hand
+    references = with_entry_shares_author(keyed(refs_res), keyed(papers))
+    return {"papers": papers_out, "corpus": papers, "references": references, "mentions": mentions_out,
             "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols}
 
 

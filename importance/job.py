@@ -39,7 +39,7 @@ def _read(spark, layout: RunLayout, name: str):
 
 def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) -> Path:
     """Spark writes the parts; each part is then re-written with the sampling settings in its
-    Parquet key-value metadata, streaming one row group at a time (bounded driver memory)."""
+    Parquet key-value metadata, streaming batches of 256K rows (bounded driver memory)."""
     import pyarrow.parquet as pq
 
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -51,8 +51,8 @@ def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) ->
         md[TRIPLETS_META_KEY] = json.dumps(meta).encode()
         out = part.with_name(part.name + ".meta")
         with pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
-            for i in range(f.num_row_groups):
-                w.write_table(f.read_row_group(i))
+            for batch in f.iter_batches(batch_size=1 << 18):  # Python memory: one batch, any file size
+                w.write_batch(batch)
         out.replace(part)
         # Spark's checksum of the old bytes would make a later Spark read of this file fail
         part.with_name(f".{part.name}.crc").unlink(missing_ok=True)

@@ -31,6 +31,11 @@ def test_schema_counts_and_determinism(corpus):
     assert papers.paper_id.is_unique and set(refs.cited_id) <= set(papers.paper_id)
     assert set(m.citing_id + "#" + m.ref_key) <= set(refs.citing_id + "#" + refs.ref_key)
     assert not refs.duplicated(["citing_id", "cited_id"]).any()
+    # entry_shares_author == the Python matcher on the citing paper's and the entry's authors
+    authors = papers.set_index("paper_id").authors
+    sample = refs.sample(500, random_state=1)
+    exp = [shares_author(list(authors[c]), list(a)) for c, a in zip(sample.citing_id, sample.authors)]
+    assert sample.entry_shares_author.tolist() == exp and sum(exp) > 20
     indeg = refs.groupby("cited_id").size()
     assert indeg.max() > 20 * indeg.median()  # heavy tail: hub papers
     again = run_generate(cfg, RunLayout(root / "b"))
@@ -101,7 +106,10 @@ def test_spark_author_matching_equals_python(spark):
     def d(x):
         return [dict(family=f, given=g, orcid=o) for f, g, o in (x or [])]
     exp = [shares_author(d(a), d(b)) for a, b in rows]
-    assert got == exp and got2 == exp and 100 < sum(exp) < 1400
+    from importance.authors import shares_author_arrow
+
+    got3 = shares_author_arrow(arr["a"], arr["b"]).tolist()  # the generator's entry_shares_author
+    assert got == exp and got2 == exp and got3 == exp and 100 < sum(exp) < 1400
 
 
 def test_arrow_author_keys_equal_spark_keys(spark):

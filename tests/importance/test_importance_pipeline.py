@@ -86,6 +86,19 @@ def test_ingest_writes_author_keys_equal_to_the_expression(run):
             assert expected[c].to_pylist() == t.column(c).to_pylist(), (name, c)
         assert sum(len(k) for k in t.column("author_keys").to_pylist()) > 100
 
+def test_ingest_writes_entry_shares_author(run):
+    """references.entry_shares_author == the Python matcher on the citing paper's authors (as
+    ingest completed them) and the entry's own authors."""
+    from importance.authors import shares_author
+
+    papers = pq.read_table(run[0].table("papers"), columns=["paper_id", "authors"]).to_pandas().set_index("paper_id")
+    refs = pq.read_table(run[0].table("references"), columns=["citing_id", "authors", "entry_shares_author"]).to_pandas()
+    exp = [shares_author(list(papers.authors[c] if papers.authors[c] is not None else []), list(a if a is not None else []))
+           for c, a in zip(refs.citing_id, refs.authors)]
+    assert refs.entry_shares_author.tolist() == exp
+    assert 0 < sum(exp) < len(exp)
+
+
 def test_references_mentions_and_title_only(run):
     layout, _, _ = run
     refs = pq.read_table(layout.table("references")).to_pandas()

@@ -20,6 +20,7 @@ def test_algorithm1_hand_case(spark):
     assert [(r.positive_id, r.negative_kind) for r in a] == [("r1", "hard"), ("r2", "hard"), ("r3", "easy"), ("r4", "easy")]
     assert [r.negative_id for r in a[:2]] == ["r6", "r5"]  # hard negatives = least important
     assert all(r.negative_id.startswith("u") for r in a[2:])  # easy negatives: uncited papers with text
+    assert a[2].negative_id != a[3].negative_id  # distinct easy negatives within an anchor
     assert len({r.positive_id for r in a}) == len(a)  # positives never reused
     b = [r for r in rows if r.anchor_id == "B"]
     # tie broken by tie_hash ascending: r2 (3) before r1 (5)
@@ -46,6 +47,11 @@ def test_deterministic_across_partitions(spark):
     r1 = sorted(tuple(r) for r in one.select(cols).collect())
     r7 = sorted(tuple(r) for r in seven.select(cols).collect())
     assert r1 == r7 and len(r1) > 30
+    # easy negatives: never cited by their anchor, never the anchor, distinct within an anchor
+    cited = {(a, c) for a, c, _, _ in pairs}
+    easy = [r for r in r1 if r[3] == "easy"]
+    assert easy and not [r for r in easy if (r[0], r[2]) in cited or r[0] == r[2]]
+    assert len({(r[0], r[2]) for r in easy}) == len(easy)
     assert {r[4] for r in r1} == {"train", "val"}
     # every anchor's rows are in one split
     assert one.groupBy("anchor_id").agg(F.countDistinct("split").alias("k")).where("k > 1").count() == 0
