@@ -21,7 +21,11 @@ Steps (each cached in --out, so a re-run resumes):
    (c) MeSH clustering on the PubMed records: exact 20-NN cosine graph, CWTS-normalised weights,
        Leiden CPM at several resolutions, accuracy A and granularity G; reported as mean A over the
        resolutions and as relative accuracy (seed paper Fig. 6) over all models' curves together.
-   Mean ± std over seeds per cell; writes results.json and results.md and prints results.md.
+   Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
+   suffix names settings that differ from the recipe) and prints the .md.
+
+A grid shares one --out (data, triplets and the evaluation cache are reused): e.g. --H 0 1 2,
+--margin 0.5, --lr 5e-5, --steps 200 each train only their own models.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ ELIFE_TAR = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
 SCISUMM_TAR = DATA / "cl-scisumm" / "scisummnet-2019.tar.gz"
 SCISUMM_SUB = "data/Training-Set-2019/Task1/From-ScisummNet-2019"
 T0 = time.time()
+DEFAULT_LR, DEFAULT_MARGIN = 2e-5, 1.0  # the seed recipe (encoders.train.TrainConfig)
 
 
 def say(msg: str) -> None:
@@ -115,7 +120,7 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
 
     shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
     todo = [not _done(shared.root / "ingest.done"), not _done(pubmed.root / "ingest.done")]
-    todo += [not _done(out / f"h{h}" / "importance.done") for h in (2, 0)]
+    todo += [not _done(out / f"h{h}" / "importance.done") for h in args.H]
     info = {}
     if not any(todo):
         return info
@@ -136,7 +141,7 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
             s = run_ingest(IngestConfig(inputs=[{"path": str(REPO / "sample" / "pubmed"), "format": "pubmed_csv",
                                                  "source": "pubmed"}]), pubmed, spark=spark)
             _mark(pubmed.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
-        for h in (2, 0):
+        for h in args.H:
             d = out / f"h{h}"
             if _done(d / "importance.done"):
                 continue
@@ -152,9 +157,9 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     return info
 
 
-def triplet_stats(out: Path) -> dict:
+def triplet_stats(out: Path, hs) -> dict:
     res = {}
-    for h in (2, 0):
+    for h in hs:
         df = read_table(RunLayout(out / f"h{h}").table("triplets"),
                         columns=["anchor_id", "negative_kind", "split"]).to_pandas()
         res[f"H={h}"] = {"triplets": int(len(df)), "train": int((df.split != SPLIT_VAL).sum()),
@@ -167,24 +172,29 @@ def triplet_stats(out: Path) -> dict:
 
 # ---------------------------------------------------------------- training
 
+def variant(args) -> str:
+    """Suffix naming the training settings that differ from the recipe defaults (model dirs and
+    result files of a grid run side by side in one --out)."""
+    parts = [f"lr{args.lr:g}" if args.lr != DEFAULT_LR else "", f"m{args.margin:g}" if args.margin != DEFAULT_MARGIN else ""]
+    return "".join(f"-{p}" for p in parts if p)
+
+
 def train_model(args, out: Path, h: int, seed: int) -> Path:
     from encoders.train import TrainConfig, run_train
 
-    if True:
-        if True:
-            name = f"H={h} seed={seed}"
-            d = out / "models" / f"h{h}-s{seed}-n{args.steps}"
-            lay = _link_tables(out / f"h{h}", d, ("papers", "triplets"))
-            if not _done(d / "train.done"):
-                say(f"train {name} ({args.steps} steps)")
-                t = time.time()
-                cfg = TrainConfig(model=args.model, max_steps=args.steps, batch_size=args.batch_size, grad_accum=1,
-                                  lr=args.lr, margin=args.margin, max_length=args.max_length, seed=seed,
-                                  val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu")
-                s = run_train(cfg, lay)
-                _mark(d / "train.done", {"seconds": time.time() - t, "summary": s})
-                say(f"train {name} done in {time.time() - t:.0f}s")
-            return lay.model_dir
+    name = f"H={h} seed={seed}"
+    d = out / "models" / f"h{h}-s{seed}-n{args.steps}{variant(args)}"
+    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets"))
+    if not _done(d / "train.done"):
+        say(f"train {name} ({args.steps} steps, lr {args.lr:g}, margin {args.margin:g})")
+        t = time.time()
+        cfg = TrainConfig(model=args.model, max_steps=args.steps, batch_size=args.batch_size, grad_accum=1,
+                          lr=args.lr, margin=args.margin, max_length=args.max_length, seed=seed,
+                          val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu")
+        s = run_train(cfg, lay)
+        _mark(d / "train.done", {"seconds": time.time() - t, "summary": s})
+        say(f"train {name} done in {time.time() - t:.0f}s")
+    return lay.model_dir
 
 
 # ---------------------------------------------------------------- evaluation sets
@@ -353,23 +363,26 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
     for n, m in per_model.items():
         m["mesh_rel_acc"] = rel.get(n)
     groups = {"base (minilm, untuned)": ["base"]}
-    for h, label in ((0, "H=0 (SPECTER-style)"), (2, "H=2 (importance-aware)")):
-        if h in args.H:
-            groups[label] = [f"H={h} seed={s}" for s in args.seeds]
+    for h in sorted(args.H):
+        label = f"H={h} (SPECTER-style)" if h == 0 else f"H={h} (importance-aware)"
+        groups[label] = [f"H={h} seed={s}" for s in args.seeds]
     rows = {g: {k: [per_model[n].get(k) for n in names if n in per_model] for k, _ in METRICS}
             for g, names in groups.items()}
-    lines = [f"# Quality experiment: base vs H=0 vs H=2 ({'repo sample' if args.sample else 'full eLife research + ScisummNet'})",
+    lines = [f"# Quality experiment: base vs {' vs '.join(f'H={h}' for h in sorted(args.H))} "
+             f"({'repo sample' if args.sample else 'full eLife research + ScisummNet'})",
              "", "| model | models | " + " | ".join(lbl for _, lbl in METRICS) + " |",
              "|---|---|" + "---|" * len(METRICS)]
     for g, vals in rows.items():
         done = sum(n in per_model for n in groups[g])
         lines.append(f"| {g} | {done} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS) + " |")
-    paired = [s for s in args.seeds if f"H=2 seed={s}" in per_model and f"H=0 seed={s}" in per_model]
-    if paired:
-        diffs = {k: [per_model[f"H=2 seed={s}"].get(k) - per_model[f"H=0 seed={s}"].get(k) for s in paired
-                     if per_model[f"H=2 seed={s}"].get(k) is not None and per_model[f"H=0 seed={s}"].get(k) is not None]
+    for h in sorted(x for x in args.H if x > 0):
+        paired = [s for s in args.seeds if f"H={h} seed={s}" in per_model and f"H=0 seed={s}" in per_model]
+        if not paired:
+            continue
+        a, b = ([per_model[f"H={x} seed={s}"] for s in paired] for x in (h, 0))
+        diffs = {k: [m.get(k) - n.get(k) for m, n in zip(a, b) if m.get(k) is not None and n.get(k) is not None]
                  for k, _ in METRICS}
-        lines.append(f"| H=2 − H=0 (paired by seed) | {len(paired)} | "
+        lines.append(f"| H={h} − H=0 (paired by seed) | {len(paired)} | "
                      + " | ".join(_cell(diffs[k]).replace("0.", "+0.", 1) if diffs[k] and np.mean(diffs[k]) >= 0
                                   else _cell(diffs[k]) for k, _ in METRICS) + " |")
     q = {v: next(iter(per_model.values())).get(f"{v}_queries") for v in ("cite", "cite-ft")}
@@ -407,8 +420,8 @@ def main() -> None:
     ap.add_argument("--sample", action="store_true", help="use the repo sample instead of the full sets")
     ap.add_argument("--model", default="minilm")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--margin", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=DEFAULT_LR)
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--val-max", type=int, default=32)
     ap.add_argument("--K", type=int, default=5)
@@ -421,7 +434,7 @@ def main() -> None:
     ap.add_argument("--min-cluster-size", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report-only", action="store_true",
-                    help="train and evaluate nothing new: rebuild results.md from the finished models")
+                    help="train and evaluate nothing new: rebuild the results file from the finished models")
     args = ap.parse_args()
     os.chdir(REPO)
     out = Path(args.out).resolve()
@@ -430,7 +443,7 @@ def main() -> None:
             "load_start": [round(x, 2) for x in os.getloadavg()]}
     elife, scisumm = prepare_data(args, out)
     ingest_and_importance(args, out, elife, scisumm)
-    data["triplets"] = triplet_stats(out)
+    data["triplets"] = triplet_stats(out, args.H)
     say(f"triplets: {data['triplets']}")
     ev = build_eval_sets(args, out)
     data.update(cls_n=len(ev["elife"]), cls_classes=int(ev["elife"].label.nunique()), mesh_n=len(ev["pubmed"]),
@@ -440,14 +453,16 @@ def main() -> None:
     say(f"eval: {len(ev['texts'])} texts, cite queries {[len(q) for q in ev['qrels'].values()]}, "
         f"eLife labelled {len(ev['elife'])}, PubMed {len(mv.rows)}")
     per_model = {}
-    prev = json.loads((out / "results.json").read_text()).get("data", {}) if (out / "results.json").exists() else {}
+    res_json, res_md = out / f"results-n{args.steps}{variant(args)}.json", out / f"results-n{args.steps}{variant(args)}.md"
+    prev = json.loads(res_json.read_text()).get("data", {}) if res_json.exists() else {}
     cache = out / "eval_cache.json"
     ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.resolutions,
                                       args.min_cluster_size, args.max_length]).encode()).hexdigest()[:12]
     # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
     todo = [("base", None, None)] + [(f"H={h} seed={s}", h, s) for s in args.seeds for h in args.H]
     for name, h, seed in todo:
-        if args.report_only and h is not None and not (out / "models" / f"h{h}-s{seed}-n{args.steps}" / "train.done").exists():
+        if args.report_only and h is not None and not (
+                out / "models" / f"h{h}-s{seed}-n{args.steps}{variant(args)}" / "train.done").exists():
             continue
         spec = args.model if h is None else train_model(args, out, h, seed)
         key = f"{name}|{spec}|{ekey}"
@@ -472,8 +487,8 @@ def main() -> None:
             data.update({k: prev[k] for k in ("command", "wall_s", "load_start", "load_end") if k in prev})
         data["models_done"] = list(per_model)
         md = report(args, out, per_model, data)
-        _mark(out / "results.json", {"args": vars(args), "data": data, "models": per_model})
-        (out / "results.md").write_text(md, encoding="utf-8")
+        _mark(res_json, {"args": vars(args), "data": data, "models": per_model})
+        res_md.write_text(md, encoding="utf-8")
     print(md)
 
 if __name__ == "__main__":

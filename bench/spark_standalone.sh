@@ -75,6 +75,12 @@ for t in ("papers", "references", "mentions", "rejects", "pairs", "weights", "tr
     same = len(x) == len(y) and key(x) == key(y)
     ok &= same
     print(f"{t:<11} local {len(x):>7} rows, cluster {len(y):>7} rows: {'EQUAL' if same else 'DIFFERENT'}")
+sys.path.insert(0, ".")
+from importance.job import read_triplets_meta  # noqa: E402
+
+meta = [read_triplets_meta(f"{d}/triplets") for d in (a, b)]
+ok &= meta[0] == meta[1] and meta[0].get("H") is not None
+print(f"triplets metadata (stamped by the executors): {'EQUAL' if meta[0] == meta[1] else 'DIFFERENT'} {meta[1]}")
 print("RESULT standalone output equals local output:", ok)
 sys.exit(0 if ok else 1)
 EOF

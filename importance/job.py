@@ -6,6 +6,7 @@ import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from importance.contracts import RunLayout
@@ -37,25 +38,38 @@ def _read(spark, layout: RunLayout, name: str):
     return spark.read.parquet(str(p))
 
 
-def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) -> Path:
-    """Spark writes the parts; each part is then re-written with the sampling settings in its
-    Parquet key-value metadata, streaming batches of 256K rows (bounded driver memory)."""
+def stamp_parquet_metadata(path: str, key: bytes, value: bytes) -> str:
+    """Re-write one Parquet file with `key: value` added to its key-value metadata, one row group at
+    a time; Spark's checksum of the old bytes is removed (a later Spark read would fail on it)."""
     import pyarrow.parquet as pq
 
+    part = Path(path)
+    f = pq.ParquetFile(part)
+    md = dict(f.schema_arrow.metadata or {})
+    md[key] = value
+    out = part.with_name(part.name + ".meta")
+    with pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
+        for i in range(f.num_row_groups):
+            w.write_table(f.read_row_group(i))
+    out.replace(part)
+    part.with_name(f".{part.name}.crc").unlink(missing_ok=True)
+    return path
+
+
+def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) -> Path:
+    """Spark writes the parts; then each part is re-written with the sampling settings in its
+    Parquet key-value metadata BY THE EXECUTORS, one task per file (the driver never holds triplet
+    rows: doing it here made the driver's memory grow with the corpus). Needs the run directory
+    on a file system that the executors share with the driver, as every stage does."""
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    # repartition, not coalesce: the per-anchor sampling before it keeps all cores
-    write_spark_table(df, tmp, "triplets", partitions=partitions, shuffle=True)
-    for part in sorted(tmp.glob("*.parquet")):
-        f = pq.ParquetFile(part)
-        md = dict(f.schema_arrow.metadata or {})
-        md[TRIPLETS_META_KEY] = json.dumps(meta).encode()
-        out = part.with_name(part.name + ".meta")
-        with pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
-            for batch in f.iter_batches(batch_size=1 << 18):  # Python memory: one batch, any file size
-                w.write_batch(batch)
-        out.replace(part)
-        # Spark's checksum of the old bytes would make a later Spark read of this file fail
-        part.with_name(f".{part.name}.crc").unlink(missing_ok=True)
+    # repartition, not coalesce: the per-anchor sampling before it keeps all cores. Row groups of
+    # 16 MB (not Spark's 128 MB): the re-write holds one row group at a time.
+    write_spark_table(df, tmp, "triplets", partitions=partitions, shuffle=True,
+                      options={"parquet.block.size": str(16 << 20)})
+    parts = [str(p) for p in sorted(tmp.glob("*.parquet"))]
+    value = json.dumps(meta).encode()
+    df.sparkSession.sparkContext.parallelize(parts, max(1, len(parts))).foreach(
+        partial(stamp_parquet_metadata, key=TRIPLETS_META_KEY, value=value))
     replace_dir(tmp, dest)
     return dest
 

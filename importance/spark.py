@@ -138,12 +138,14 @@ def to_spark_schema(arrow_schema: pa.Schema | str):
     return T.StructType([T.StructField(f.name, arrow_to_spark_type(f.type), True) for f in arrow_schema])
 
 
-def write_spark_table(df, dest, name: str | None = None, partitions: int | None = None, shuffle: bool = False):
+def write_spark_table(df, dest, name: str | None = None, partitions: int | None = None, shuffle: bool = False,
+                      options: dict | None = None):
     """Write a DataFrame as a Parquet directory atomically (temp dir, then rename into place).
 
     With `name`, columns are selected and cast to the contract schema first. `partitions` sets the
     number of files: by coalesce (no shuffle, but the last stage then runs in that many tasks), or
-    with shuffle=True by repartition (for a small output of an expensive last stage)."""
+    with shuffle=True by repartition (for a small output of an expensive last stage). `options` go
+    to the Parquet writer (e.g. parquet.block.size, the row group size)."""
     import uuid
 
     from pyspark.sql import functions as F
@@ -158,6 +160,6 @@ def write_spark_table(df, dest, name: str | None = None, partitions: int | None 
         df = df.repartition(partitions) if shuffle else df.coalesce(partitions)
     tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    df.write.mode("overwrite").parquet(str(tmp))
+    df.write.mode("overwrite").options(**(options or {})).parquet(str(tmp))
     replace_dir(tmp, dest)
     return dest
