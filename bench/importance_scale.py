@@ -12,20 +12,19 @@ py4j, Runtime.totalMemory - freeMemory) and the Python driver's RSS; peaks are r
 Prints per size: rows, wall time of both jobs, rows/s (mentions / s), the ratio full / reference,
 peak memory. Heavy: run with `nice -n 10`; report the load (uptime) printed with the figures.
 
-    nice -n 10 .venv/bin/python bench/importance_scale.py --sizes 1000000 3000000 10000000
+    nice -n 10 .venv/bin/python bench/importance_scale.py --sizes 1000000 3000000 10000000 [30000000]
 
 Extrapolation to 67M citations on a 16-core cluster (write-up method, not measured here):
 - Both jobs are shuffle-bound and linear in rows (no step collects rows to the driver; the driver
   receives one aggregate row per source and a few counts), so time(n) ≈ a + b·n. Fit a and b on
-  the measured sizes (local[2]); 67M citations ≈ 67/10 × the 10M-mention corpus in pairs, ~6.7×
-  the mentions of 10M (eLife: 1.74 mentions per reference, so 67M citations ≈ 117M mentions: use
-  the mentions count, the unit of this benchmark: b·117M).
+  the measured sizes (local[2]); count in mentions, the unit of this benchmark: the full eLife set
+  has 1.70 mentions per reference (164,583 / 96,866), so 67M citations ≈ 114M mentions (b·114M).
 - Divide the per-row part by the core ratio with an efficiency factor: T_16 ≈ a + b·n·2/(16·e),
   e ≈ 0.6–0.8 for shuffle-heavy SQL on one rack (measure e with the standalone script at 1 and 2
   workers if possible); set spark.sql.shuffle.partitions ≈ 3–4 × cores (48–64) and
   output_partitions 0 (auto: one file per 2M rows).
 - Memory: the Python driver's RSS must stay flat in n (nothing is collected but one aggregate row
-  per source, the weights and a few counts). In local mode the JVM heap figure also holds the
+  per source, the weights and a few counts; the triplet files' metadata is stamped by executors). In local mode the JVM heap figure also holds the
   executors' task memory, so it grows with the partition size for the bare reference job too.
   On a cluster, executor memory per task needs the largest shuffle partition and the build side
   of the shuffled hash joins (papers / partitions: 35M papers / 64 ≈ 0.55M rows ≈ 50 MB), far

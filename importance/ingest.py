@@ -3,7 +3,9 @@
 Files are read by executors (binaryFile + flatMap of the pure-Python readers); the driver only
 sees small aggregates. Every input record ends in `papers` or `rejects`:
 - record level (a JATS file, a ScisummNet paper XML, a CSV row): parsed paper or reject;
-- citance level (ScisummNet): in-corpus citance -> references + mentions, else reject;
+- citance level (ScisummNet, CL-SciSumm): in-corpus citance -> references + mentions, else reject;
+  citances landing on the same citing sentence for the same cited paper are one mention (the
+  others are rejected as duplicates); citances are counted under their own source;
 - item level: references without any id or title, in-text citations to unknown references.
 Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the others rejected.
 """
@@ -29,6 +31,7 @@ DUPLICATE_REASON = "duplicate paper id"
 OUTSIDE_REASON = "citing paper outside corpus"
 CITED_MISSING_REASON = "cited paper not in corpus"
 DANGLING_REASON = "in-text citation to an unknown reference"
+DUPLICATE_CITANCE_REASON = "duplicate citance (same citing sentence and cited paper as another citance)"
 
 
 @dataclass
@@ -203,17 +206,25 @@ def build_tables(spark, raw) -> dict:
     cond = (F.col("c.citing_id") == F.col("s.paper_id")) & (
         (F.instr("s.key", F.col("c.prefix")) > 0) | (F.instr("s.key", F.col("c.suffix")) > 0)
         | ((F.length("s.key") >= 40) & (F.instr("c.key", F.col("s.key")) > 0)))
-    matched = (c.join(s, cond).groupBy("c.record_id").agg(F.min_by(
-        F.struct("s.section_title", "s.section_class", "s.position"), F.col("s.ord")).alias("m")))
-    cit_ments = cit_ok.join(matched, "record_id", "left").select(
+    matched = (c.join(s, cond).groupBy("c.source", "c.record_id").agg(F.min_by(
+        F.struct("s.section_title", "s.section_class", "s.position", "s.ord"), F.col("s.ord")).alias("m")))
+    cit_all = cit_ok.join(matched, ["source", "record_id"], "left")
+    # One in-text citation per citing sentence and cited paper: citances that land on the same
+    # sentence (ScisummNet and CL-SciSumm list many of the same ACL citations) are one mention; the
+    # others are rejected as duplicates, so the citance counts still add up per source.
+    first = F.row_number().over(Window.partitionBy("citing_id", "cited_id", "m.ord").orderBy("source", "record_id"))
+    cit_all = cit_all.withColumn("_dup", F.col("m").isNotNull() & (first > 1))
+    cit_ments = cit_all.where(~F.col("_dup")).select(
         "citing_id", "ref_key", F.col("m.section_title").alias("section_title"),
         F.lit(None).cast("string").alias("section_type"),
         F.coalesce(F.col("m.section_class"), F.lit("O")).alias("section_class"),
-        F.col("m.position").alias("position"), "source_file", F.col("m").isNotNull().alias("_matched"))
+        F.col("m.position").alias("position"), "source_file", F.col("m").isNotNull().alias("_matched"),
+        F.col("source").alias("_citance_source"))
+    cit_rejects = cit_rejects.unionByName(rej_cols(cit_all.where("_dup"), DUPLICATE_CITANCE_REASON))
 
     refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
     refs_res, title_only, ref_rejects = resolve_references(refs_all, papers)
-    ments_all = ments.unionByName(cit_ments.drop("_matched"))
+    ments_all = ments.unionByName(cit_ments.drop("_matched", "_citance_source"))
     ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
     dangling = ments_res.where(F.col("cited_id").isNull()).join(
         papers.select(F.col("paper_id").alias("citing_id"), "source"), "citing_id", "left").select(
@@ -264,7 +275,8 @@ def summarise(t: dict, parsed: dict) -> dict:
         slot(r.source).update(references=r.n, references_resolved=int(r.res or 0))
     for r in t["mentions"].join(src, "citing_id").groupBy("source").count().collect():
         slot(r.source)["mentions"] = r["count"]
-    for r in (t["citance_mentions"].join(src, "citing_id").groupBy("source")
+    # citances are counted under their own source (the citing paper may be in the corpus via another)
+    for r in (t["citance_mentions"].groupBy(F.col("_citance_source").alias("source"))
               .agg(F.count("*").alias("n"), F.sum(F.col("_matched").cast("int")).alias("m"))).collect():
         d = slot(r.source)
         d["citances_in_corpus"] = r.n

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from importance.contracts import RunLayout
-from importance.ingest import IngestConfig, run_ingest
+from importance.ingest import DUPLICATE_CITANCE_REASON, IngestConfig, run_ingest
 from importance.job import ImportanceConfig, read_triplets_meta, run_importance
 from importance.runtime import UserError
 
@@ -65,7 +65,12 @@ def test_counts_add_up(run):
     assert ps["pubmed"]["input_records"] == 201 and ps["pubmed"]["papers_corpus"] == 200
     assert ps["pubmed"]["rejects"] == {"duplicate paper id": 1}
     s = ps["scisummnet"]
-    assert s["input_citances"] == s["citances_in_corpus"] + s["rejects"]["citing paper outside corpus"]
+    # every citance: a mention, or rejected (citing paper outside the corpus; the same citing sentence
+    # and cited paper as another citance: one in-text citation, one mention)
+    assert s["check_citances"] and s["input_citances"] == s["citances_in_corpus"] + s["citance_rejects"]
+    assert s["citance_rejects"] == (s["rejects"]["citing paper outside corpus"]
+                                    + s["rejects"].get(DUPLICATE_CITANCE_REASON, 0)) and s["citances_in_corpus"] > 40
+    assert s["mentions"] == s["citances_in_corpus"]
     papers = pq.read_table(layout.table("papers")).to_pandas()
     assert papers.paper_id.is_unique
     assert (papers.has_fulltext.sum()) == ps["elife"]["papers_fulltext"] + s["papers_fulltext"]
