@@ -49,10 +49,11 @@ def shares_author(a: dict, b: dict):
     return F.coalesce(hit, F.lit(False))
 
 
-def _citing_keys(papers: DataFrame) -> DataFrame:
+def _citing_keys(papers: DataFrame, *extra) -> DataFrame:
+    """citing_id, a_k, a_o (the citing paper's author keys) and any extra columns of papers."""
     pk = keys_of(papers)
     return papers.select(F.col("paper_id").alias("citing_id"), pk["author_keys"].alias("a_k"),
-                         pk["orcid_author_keys"].alias("a_o"))
+                         pk["orcid_author_keys"].alias("a_o"), *extra)
 
 
 def _a_keys() -> dict:
@@ -102,10 +103,7 @@ def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, s
         null_keys.alias("c_k"), null_keys.alias("c_o"), zero.alias("resolved"), zero.alias("c_text"))
     src = (F.array_position(F.array(*[F.lit(x) for x in sources]), F.col("source")).cast("int")
            if sources else zero)
-    pk = keys_of(papers)
-    citing = papers.where("has_fulltext").select(
-        F.col("paper_id").alias("citing_id"), pk["author_keys"].alias("a_k"), pk["orcid_author_keys"].alias("a_o"),
-        src.alias("src"), text.alias("a_text"))
+    citing = _citing_keys(papers.where("has_fulltext"), src.alias("src"), text.alias("a_text"))
     parts = int(papers.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     rows = (ref_rows.unionByName(men_rows).repartition(parts, "citing_id")
             .join(citing.hint("shuffle_hash"), "citing_id", "left"))  # rows stay put; citing papers move
