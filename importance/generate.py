@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from importance.authors import author_keys_arrow, shares_author_arrow
+from importance.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
 from importance.contracts import SCHEMAS, RunLayout
 from importance.runtime import UserError, replace_dir
 
@@ -199,9 +199,9 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
         doi = pc.if_else(pa.array(has_doi), _ids("10.99999/syn.", cited), pa.nulls(len(cited), pa.string()))
         entry = _with_keys(_authors(cited, n_labs, name_pool))
         # citing papers' keys, one row per reference (r_citing is sorted: index into this chunk)
-        citing_keys = author_keys_arrow(_authors(citing, n_labs, name_pool))
+        citing_authors = _with_keys(_authors(citing, n_labs, name_pool))
         at = pa.array(r_citing - start)
-        entry_self = shares_author_arrow({k: v.take(at) for k, v in citing_keys.items()}, entry)
+        entry_self = shares_author_arrow({k: citing_authors[k].take(at) for k in KEY_COLUMNS}, entry)
         wr.write({"citing_id": citing_s, "ref_key": ref_key, "cited_id": cited_s,
                   "title": _ids("Synthetic paper ", cited), **entry, "entry_shares_author": pa.array(entry_self),
                   "year": pa.array(year), "doi": doi})
@@ -221,7 +221,7 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
         wm.write({"citing_id": citing_s.take(idx), "ref_key": ref_key.take(idx), "cited_id": cited_s.take(idx),
                   "section_title": titles.take(cidx), "section_type": types.take(cidx),
                   "section_class": classes.take(cidx), "position": positions.take(cidx)})
-        wp.write(_papers(citing, True, n_labs, name_pool, cfg.source))
+        wp.write(_papers(citing, True, n_labs, name_pool, cfg.source, authors=citing_authors))
     # title-only papers: every cited pool paper outside the corpus, in chunks
     ext = np.flatnonzero(cited_any[N:]) + N
     for s in range(0, len(ext), 200_000):
@@ -237,13 +237,14 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
     return summary
 
 
-def _papers(ids: np.ndarray, fulltext: bool, n_labs: int, name_pool: int, source: str) -> dict:
+def _papers(ids: np.ndarray, fulltext: bool, n_labs: int, name_pool: int, source: str,
+            authors: dict | None = None) -> dict:
     n = len(ids)
     fields = (_hash(ids, 11) % np.uint64(14)).astype(np.int64)
     return {
         "paper_id": _ids("syn:", ids), "title": _ids("Synthetic paper ", ids),
         "abstract": _ids("Abstract of synthetic paper ", ids) if fulltext else pa.nulls(n, pa.string()),
-        **_with_keys(_authors(ids, n_labs, name_pool)),
+        **(authors or _with_keys(_authors(ids, n_labs, name_pool))),
         "year": pa.array((2000 + _hash(ids, 3) % np.uint64(17)).astype(np.int32)),
         "venue": pa.nulls(n, pa.string()),
         "fields": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), _ids("Field ", fields)),

@@ -210,8 +210,8 @@ def build_tables(spark, raw) -> dict:
         F.struct("s.section_title", "s.section_class", "s.position", "s.ord"), F.col("s.ord")).alias("m")))
     cit_all = cit_ok.join(matched, ["source", "record_id"], "left")
     # One in-text citation per citing sentence and cited paper: citances that land on the same
-    # sentence (ScisummNet and CL-SciSumm list many of the same ACL citations) are one mention; the
-    # others are rejected as duplicates, so the citance counts still add up per source.
+    # sentence (a sentence listed twice in one set, or a citing paper in both ScisummNet and
+    # CL-SciSumm) are one mention; the others are rejected as duplicates, so the counts add up.
     first = F.row_number().over(Window.partitionBy("citing_id", "cited_id", "m.ord").orderBy("source", "record_id"))
     cit_all = cit_all.withColumn("_dup", F.col("m").isNotNull() & (first > 1))
     cit_ments = cit_all.where(~F.col("_dup")).select(
