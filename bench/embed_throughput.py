@@ -7,14 +7,17 @@ with titles alone (title-only cited papers are part of every real corpus) up to 
 shipped MiniLM, max_length 128 for both. Each round times the reference
 `SentenceTransformer(model_dir).encode(texts, batch_size=...)` and this system's embedding path
 (encoders.embed.embed_texts: one tokenizer call, token-length-sorted token-budget batches,
-inference_mode) in float32 and in bf16 compute where the CPU has native bf16; the best round of
-each counts (rounds interleave, so machine load hits both). Prints docs/s, the ratio to the
-reference and the vector differences.
+inference_mode) in float32 and in bf16 compute where the CPU has native bf16, each eager and
+through torch.compile (encoders.embed.CompiledForward, what an embedding job of >= 20,000 papers
+uses on a CPU). The best round of each counts (rounds interleave, so machine load hits all).
+Prints docs/s, the ratio to the reference, the compile warm-up (cold inductor cache) and after
+how many documents it pays for itself, and the vector differences.
 
 GPU section (only when CUDA is present): tokens/s and model FLOP utilisation of a BERT-base-sized
 model (random weights; 12 layers, hidden 768) at 256 tokens in bf16 through the same embedding
-path, and the projected hours for 33 M papers. --simulate-gpu-section runs that code path on the
-CPU with a 2-layer model, to check the code, not to measure anything.
+path, eager and through torch.compile, and the projected hours for 33 M papers.
+--simulate-gpu-section runs that code path on the CPU with a 2-layer model, to check the code,
+not to measure anything.
 """
 from __future__ import annotations
 
@@ -22,8 +25,12 @@ import argparse
 import gzip
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+# A fresh inductor cache, set before torch loads: the compile warm-up printed is a first run's.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sciencemap-bench-inductor-")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -31,7 +38,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from encoders.embed import embed_texts, embed_token_ids  # noqa: E402
+from encoders.embed import CompiledForward, embed_texts, embed_token_ids  # noqa: E402
 from encoders.model import Encoder, load_encoder, paper_text, resolve_model, resolve_precision  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,20 +79,32 @@ def cpu_section(args) -> None:
           f"torch threads {torch.get_num_threads()}, CPU native bf16: {auto == 'bfloat16'}")
     print(f"load average before: {os.getloadavg()}")
 
-    runs = {
-        f"sentence-transformers encode (batch_size={args.st_batch_size})":
-            lambda: st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True),
-        "sciencemap embed, float32":
-            lambda: embed_texts(enc, texts, args.batch_size, args.max_tokens, "float32"),
-    }
-    if auto == "bfloat16":
-        runs["sciencemap embed, bf16 compute (auto on this CPU)"] = \
-            lambda: embed_texts(enc, texts, args.batch_size, args.max_tokens, "bfloat16")
-    # Warm-up (oneDNN kernels, allocator) for each system.
+    # torch.compile'd forwards (what a CPU job of >= COMPILE_MIN_DOCS papers uses): their compile
+    # is timed apart, from a cold inductor cache (set in main), as the first call on a few texts.
+    precisions = ["float32"] + (["bfloat16"] if auto == "bfloat16" else [])
+    compiled, compile_s = {}, {}
+    for prec in precisions:
+        compiled[prec] = CompiledForward(enc.model)
+        t0 = time.perf_counter()
+        embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, prec, forward=compiled[prec])
+        compile_s[prec] = time.perf_counter() - t0
+        assert compiled[prec].failed is None, compiled[prec].failed
+    print("compile warm-up (first call, cold cache): "
+          + ", ".join(f"{p} {t:.1f}s" for p, t in compile_s.items()))
+
+    def mine(prec, forward=None):
+        return lambda: embed_texts(enc, texts, args.batch_size, args.max_tokens, prec, forward=forward)
+
+    label = {"float32": "float32", "bfloat16": "bf16 compute (auto on this CPU)"}
+    runs = {f"sentence-transformers encode (batch_size={args.st_batch_size})":
+            lambda: st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True)}
+    for prec in precisions:
+        runs[f"sciencemap embed, {label[prec]}, eager"] = mine(prec)
+        runs[f"sciencemap embed, {label[prec]}, torch.compile"] = mine(prec, compiled[prec])
+    # Warm-up (oneDNN kernels, allocator) for each eager system.
     st.encode(texts[:64], batch_size=args.st_batch_size)
-    embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, "float32")
-    if auto == "bfloat16":
-        embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, "bfloat16")
+    for prec in precisions:
+        embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, prec)
 
     best = {k: float("inf") for k in runs}
     vecs = {}
@@ -103,11 +122,18 @@ def cpu_section(args) -> None:
     for name in runs:
         rate = len(texts) / best[name]
         print(f"  {name}: {rate:.1f} docs/s, ratio to reference {rate / ref_rate:.2f}")
+    for prec in precisions:
+        eager_s = best[f"sciencemap embed, {label[prec]}, eager"]
+        comp_s = best[f"sciencemap embed, {label[prec]}, torch.compile"]
+        saved_per_doc = (eager_s - comp_s) / len(texts)
+        even = f"{compile_s[prec] / saved_per_doc:,.0f} docs" if saved_per_doc > 0 else "never"
+        print(f"  {prec} torch.compile incl. its warm-up for these {len(texts)} docs: "
+              f"{len(texts) / (comp_s + compile_s[prec]):.1f} docs/s; pays for itself after {even}")
     ref = unit(vecs[ref_name])
     for name in list(runs)[1:]:
-        mine = unit(vecs[name])
-        cos = (mine * ref).sum(1)
-        print(f"  vectors {name} vs reference: max |diff| {np.abs(mine - ref).max():.2e}, "
+        mine_v = unit(vecs[name])
+        cos = (mine_v * ref).sum(1)
+        print(f"  vectors {name} vs reference: max |diff| {np.abs(mine_v - ref).max():.2e}, "
               f"min cosine {cos.min():.6f}")
 
 
@@ -130,30 +156,36 @@ def gpu_section(args, simulate: bool = False) -> None:
     params = sum(p.numel() for n_, p in model.named_parameters() if "embeddings" not in n_)
     flops_per_token = 2 * params + 4 * layers * seq * hidden   # matmuls + QK^T and AV
     bs = args.gpu_batch_size
+    eager_rate = None
+    for mode, forward in (("eager", None), ("torch.compile", CompiledForward(model))):
+        def once():
+            embed_token_ids(enc, docs, bs, bs * seq, "bfloat16", forward=forward)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
 
-    def once():
-        embed_token_ids(enc, docs, bs, bs * seq, "bfloat16")
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
-    once()  # warm-up
-    t0 = time.perf_counter()
-    reps = 1 if simulate else 3
-    for _ in range(reps):
-        once()
-    dt = (time.perf_counter() - t0) / reps
-    tok_s = n_docs * seq / dt
-    achieved = tok_s * flops_per_token
-    print(f"\nGPU section on {name}: BERT-base-sized ({layers} layers, {params / 1e6:.1f}M non-embedding "
-          f"params), {seq} tokens/doc, bf16, batch {bs}: {tok_s:,.0f} tokens/s, {n_docs / dt:,.0f} docs/s, "
-          f"{achieved / 1e12:.1f} TFLOP/s")
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    if peak and not simulate:
-        print(f"  model FLOP utilisation: {achieved / (peak * 1e12):.1%} of {peak:.0f} TFLOP/s bf16 peak")
-    elif not simulate:
-        print("  model FLOP utilisation: unknown GPU peak; pass --peak-tflops")
-    print(f"  projected for 33M papers at {seq} tokens each on this one device: "
-          f"{33e6 * seq / tok_s / 3600:.2f} hours")
+        t0 = time.perf_counter()
+        once()  # warm-up (and the compile)
+        warm = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        reps = 1 if simulate else 3
+        for _ in range(reps):
+            once()
+        dt = (time.perf_counter() - t0) / reps
+        tok_s = n_docs * seq / dt
+        achieved = tok_s * flops_per_token
+        print(f"\nGPU section on {name}, {mode}: BERT-base-sized ({layers} layers, {params / 1e6:.1f}M "
+              f"non-embedding params), {seq} tokens/doc, bf16, batch {bs}: {tok_s:,.0f} tokens/s, "
+              f"{n_docs / dt:,.0f} docs/s, {achieved / 1e12:.1f} TFLOP/s (first call {warm:.1f}s)")
+        if eager_rate:
+            print(f"  torch.compile / eager: {tok_s / eager_rate:.2f}")
+        eager_rate = eager_rate or tok_s
+        peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+        if peak and not simulate:
+            print(f"  model FLOP utilisation: {achieved / (peak * 1e12):.1%} of {peak:.0f} TFLOP/s bf16 peak")
+        elif not simulate:
+            print("  model FLOP utilisation: unknown GPU peak; pass --peak-tflops")
+        print(f"  projected for 33M papers at {seq} tokens each on this one device: "
+              f"{33e6 * seq / tok_s / 3600:.2f} hours")
 
 
 def main() -> None:

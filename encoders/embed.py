@@ -52,6 +52,10 @@ MAX_LISTED_SKIPS = 100
 PROGRESS_SECONDS = 10.0
 # Settings that change the vectors or the shard assignment: a resume must match them.
 RESUME_KEYS = ("model_hash", "dim", "pooling", "dtype", "precision", "max_length", "shard_size", "input")
+# compile "auto": on a CPU, compile when this process embeds at least this many papers. The
+# first compile takes ~20 s on 2 cores and doubles the throughput after it (bench/embed_throughput.py).
+COMPILE_MIN_DOCS = 20000
+COMPILE_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -66,6 +70,7 @@ class EmbedConfig:
     shard_size: int = 10000
     device: str = "auto"
     threads: int = 0           # CPU threads per process; 0 = torch's default (cores / ranks under torchrun)
+    compile: str = "auto"      # torch.compile the forward: auto (CPU jobs of >= COMPILE_MIN_DOCS papers) | on | off
     restart: bool = False      # discard existing shards instead of resuming
 
 
@@ -238,15 +243,59 @@ def token_budget_batches(lengths: list[int], batch_size: int, max_tokens: int) -
     return batches
 
 
+class CompiledForward:
+    """The encoder's inference forward through torch.compile (inductor, dynamic shapes, weights
+    frozen as constants: freezing is what pays on a CPU — oneDNN pre-packed weights and fused
+    element-wise ops; without it the gain is small). Same vectors as eager up to float rounding.
+
+    Batches of one document run eager: dynamic shapes specialise a size-1 dimension, so the first
+    single-document batch would cost a second compile. If compiling fails (e.g. no C++ compiler
+    for inductor's CPU kernels), the job logs why once and goes on eager."""
+
+    def __init__(self, model: torch.nn.Module):
+        import torch._inductor.config as inductor_config
+
+        inductor_config.freezing = True   # process-wide; embedding processes never train
+        self.eager = model
+        self.compiled = torch.compile(model, dynamic=True)
+        self.failed: str | None = None
+
+    def __call__(self, **batch):
+        if self.failed is None and batch["input_ids"].shape[0] > 1:
+            try:
+                return self.compiled(**batch)
+            except Exception as e:  # noqa: BLE001 - any compile failure: fall back, said once
+                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+                _log(f"torch.compile failed ({self.failed}); embedding without it")
+        return self.eager(**batch)
+
+
+def check_compile_mode(compile_mode: str) -> None:
+    if compile_mode not in COMPILE_MODES:
+        raise UserError(f"embed compile {compile_mode!r} is unknown; use one of {', '.join(COMPILE_MODES)}")
+
+
+def inference_forward(enc, compile_mode: str, n_docs: int) -> Callable:
+    """The forward an embedding pass should use: enc.model, or a CompiledForward of it."""
+    check_compile_mode(compile_mode)
+    # auto stays eager on CUDA until the GPU gain is measured (bench/embed_throughput.py GPU section).
+    use = compile_mode == "on" or (compile_mode == "auto" and enc.device.type == "cpu"
+                                   and n_docs >= COMPILE_MIN_DOCS)
+    return CompiledForward(enc.model) if use else enc.model
+
+
 def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens: int,
-                    precision: str, on_batch: Callable[[int, int], None] | None = None) -> torch.Tensor:
-    """Pooled float32 vectors (on the encoder's device) for pre-tokenized texts, in input order."""
+                    precision: str, on_batch: Callable[[int, int], None] | None = None,
+                    forward: Callable | None = None) -> torch.Tensor:
+    """Pooled float32 vectors (on the encoder's device) for pre-tokenized texts, in input order.
+    `forward`: the model call to use (default enc.model; see inference_forward)."""
     out = torch.empty((len(token_ids), enc.dim), dtype=torch.float32, device=enc.device)
     lengths = [len(x) for x in token_ids]
+    forward = forward or enc.model
     with torch.inference_mode(), enc.inference_autocast(precision):
         for idx in token_budget_batches(lengths, batch_size, max_tokens):
             batch = enc.pad([token_ids[i] for i in idx])
-            hidden = enc.model(**batch).last_hidden_state
+            hidden = forward(**batch).last_hidden_state
             out[torch.tensor(idx, device=enc.device)] = pool(hidden, batch["attention_mask"], enc.pooling)
             if on_batch is not None:
                 on_batch(len(idx), sum(lengths[i] for i in idx))
@@ -254,11 +303,12 @@ def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens
 
 
 def embed_texts(enc, texts: list[str], batch_size: int = 128, max_tokens: int = 8192,
-                precision: str = "auto") -> np.ndarray:
+                precision: str = "auto", forward: Callable | None = None) -> np.ndarray:
     """This system's in-memory embedding path (the benchmark uses it): float32 vectors, input order."""
     enc.model.eval()
     prec = resolve_precision(precision, enc.device)
-    return embed_token_ids(enc, enc.token_ids(texts), batch_size, max_tokens, prec).cpu().numpy()
+    return embed_token_ids(enc, enc.token_ids(texts), batch_size, max_tokens, prec,
+                           forward=forward).cpu().numpy()
 
 
 def _write_shard(out: Path, work: ShardWork, vecs: np.ndarray, dim: int, pa_dtype, record: dict) -> None:
@@ -406,6 +456,7 @@ def run_embed(cfg: EmbedConfig, layout: RunLayout,
         raise UserError(f"embed dtype {cfg.dtype!r} is unknown; use float32 or float16")
     if cfg.batch_size < 1 or cfg.shard_size < 1 or cfg.max_tokens < 0:
         raise UserError("embed batch_size and shard_size must be at least 1 and max_tokens at least 0")
+    check_compile_mode(cfg.compile)
     t_start = time.perf_counter()
     crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
     world, rank, local_rank = _dist_env()
@@ -456,9 +507,12 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
     if rank == 0:
         _log(f"{plan.n_rows} input rows ({len(plan.dup_rows)} duplicate ids), {n_shards} shards, "
              f"{len(done)} already done; {world} rank(s)", rank, world)
+    forward = inference_forward(enc, cfg.compile, rows_todo)
+    compiled = isinstance(forward, CompiledForward)
     _log(f"{len(todo)} shards ({rows_todo} rows) to embed on {enc.device} (dim {enc.dim}, {enc.pooling}, "
          f"{precision} compute, {cfg.dtype} out, batches <= {cfg.batch_size} docs / "
-         f"{cfg.max_tokens or 'any'} tokens, {torch.get_num_threads()} threads)", rank, world)
+         f"{cfg.max_tokens or 'any'} tokens, {torch.get_num_threads()} threads, "
+         f"{'torch.compile' if compiled else 'eager'})", rank, world)
 
     progress = Progress(rows_todo, rank, world)
     n_written = 0
@@ -471,7 +525,7 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
             future = (pool_.submit(prepare_shard, plan, enc, todo[j + 1], cfg.shard_size)
                       if j + 1 < len(todo) else None)
             vecs = embed_token_ids(enc, work.token_ids, cfg.batch_size, cfg.max_tokens, precision,
-                                   progress.batch)
+                                   progress.batch, forward)
             record = {"shard": k, "rows": [work.lo, work.hi], "papers": len(work.ids),
                       "model_hash": mhash, "content_sha256": work.content_sha256,
                       "tokens": sum(len(x) for x in work.token_ids),
@@ -514,6 +568,8 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
             "embedded_now": progress.docs, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,
             "embed_seconds": round(s, 2), "precision": precision,
+            "compiled": compiled and forward.failed is None,
+            "compile_failed": forward.failed if compiled else None,
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
             "model_hash": mhash, "config": asdict(cfg),

@@ -30,6 +30,8 @@ def main(argv=None) -> None:
     ap.add_argument("--shard-size", type=int)
     ap.add_argument("--threads", type=int, help="CPU threads per process (0 = default)")
     ap.add_argument("--device", help="auto (default), cpu or cuda")
+    ap.add_argument("--compile", choices=["auto", "on", "off"],
+                    help="torch.compile the forward (auto: on a CPU when >= 20,000 papers to embed)")
     ap.add_argument("--restart", action="store_true", default=None,
                     help="discard existing shards instead of resuming")
     args = ap.parse_args(argv)
@@ -40,7 +42,7 @@ def main(argv=None) -> None:
                       pooling=args.pooling, batch_size=args.batch_size, max_tokens=args.max_tokens,
                       max_length=args.max_length, dtype=args.dtype, precision=args.precision,
                       shard_size=args.shard_size, threads=args.threads, device=args.device,
-                      restart=args.restart)
+                      compile=args.compile, restart=args.restart)
     layout = RunLayout(require_dir(args.run, "run directory"))
     summary = run_embed(cfg, layout)
     summary["skipped_papers"] = summary["skipped_papers"][:10]

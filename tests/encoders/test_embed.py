@@ -254,3 +254,40 @@ def test_cli_crash_hook_then_resume(make_run, records, enc):
     assert s["shards_resumed"] == 1 and s["papers"] == 12
     ids, _ = load_embeddings(lay)
     assert ids == expected_ids(records)
+
+
+def test_compiled_forward_writes_the_same_vectors(make_run, records, enc):
+    """compile "on": torch.compile (inductor, frozen weights) gives the eager vectors; shards of 3
+    with batches of at most 4 include single-document batches, which run eager by design."""
+    eager = make_run("eager", papers(records))
+    s0 = run_embed(cfg(), eager, encoder=enc)
+    assert s0["compiled"] is False            # auto: too few papers to pay for a compile
+    comp = make_run("compiled", papers(records))
+    s1 = run_embed(cfg(compile="on"), comp, encoder=enc)
+    assert s1["compiled"] is True and s1["compile_failed"] is None
+    ids0, m0 = load_embeddings(eager)
+    ids1, m1 = load_embeddings(comp)
+    assert ids0 == ids1
+    np.testing.assert_allclose(m1, m0, atol=1e-5)
+    with pytest.raises(UserError, match="compile 'yes' is unknown"):
+        run_embed(cfg(compile="yes"), comp, encoder=enc)
+
+
+def test_compile_failure_falls_back_to_eager(make_run, records):
+    """Without a working C++ compiler inductor cannot build CPU kernels: the job says so once and
+    writes the eager vectors."""
+    lay = make_run("nocxx", papers(records))
+    env = dict(os.environ, CXX="/nonexistent/c++", TORCHINDUCTOR_FX_GRAPH_CACHE="0",
+               TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    cmd = [sys.executable, "jobs/embed.py", "--run", str(lay.root), "--model", "minilm",
+           "--shard-size", "3", "--batch-size", "4", "--max-tokens", "96", "--max-length", str(L),
+           "--device", "cpu", "--precision", "float32", "--compile", "on"]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stderr.count("torch.compile failed") == 1
+    summary = json.loads(p.stdout)
+    assert summary["compiled"] is False and summary["compile_failed"] and summary["papers"] == 12
+    ref = make_run("nocxx_ref", papers(records))
+    run_embed(cfg(), ref)
+    assert load_embeddings(lay)[0] == load_embeddings(ref)[0]
+    np.testing.assert_allclose(load_embeddings(lay)[1], load_embeddings(ref)[1], atol=1e-6)
