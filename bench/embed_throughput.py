@@ -8,8 +8,8 @@ shipped MiniLM, max_length 128 for both. Each round times the reference
 `SentenceTransformer(model_dir).encode(texts, batch_size=...)` and this system's embedding path
 (encoders.embed.embed_texts: one tokenizer call, token-length-sorted token-budget batches,
 inference_mode) in float32 and in bf16 compute where the CPU has native bf16, each eager and
-through torch.compile (encoders.embed.CompiledForward, what an embedding job of >= 20,000 papers
-uses on a CPU). The best round of each counts (rounds interleave, so machine load hits all).
+through torch.compile (encoders.embed.CompiledForward, what an embedding job with >= 5M tokens
+to embed uses on a CPU). The best round of each counts (rounds interleave, so machine load hits all).
 Prints docs/s, the ratio to the reference, the compile warm-up (cold inductor cache) and after
 how many documents it pays for itself, and the vector differences.
 
@@ -79,8 +79,8 @@ def cpu_section(args) -> None:
           f"torch threads {torch.get_num_threads()}, CPU native bf16: {auto == 'bfloat16'}")
     print(f"load average before: {os.getloadavg()}")
 
-    # torch.compile'd forwards (what a CPU job of >= COMPILE_MIN_DOCS papers uses): their compile
-    # is timed apart, from a cold inductor cache (set in main), as the first call on a few texts.
+    # torch.compile'd forwards (what a CPU job of >= COMPILE_MIN_TOKENS uses): their compile
+    # is timed apart, from a cold inductor cache (set at the top of this file), as the first call.
     precisions = ["float32"] + (["bfloat16"] if auto == "bfloat16" else [])
     compiled, compile_s = {}, {}
     for prec in precisions:
@@ -126,7 +126,8 @@ def cpu_section(args) -> None:
         eager_s = best[f"sciencemap embed, {label[prec]}, eager"]
         comp_s = best[f"sciencemap embed, {label[prec]}, torch.compile"]
         saved_per_doc = (eager_s - comp_s) / len(texts)
-        even = f"{compile_s[prec] / saved_per_doc:,.0f} docs" if saved_per_doc > 0 else "never"
+        even = (f"{compile_s[prec] / saved_per_doc:,.0f} docs "
+                f"({compile_s[prec] / saved_per_doc * np.mean(lengths):,.0f} tokens)") if saved_per_doc > 0 else "never"
         print(f"  {prec} torch.compile incl. its warm-up for these {len(texts)} docs: "
               f"{len(texts) / (comp_s + compile_s[prec]):.1f} docs/s; pays for itself after {even}")
     ref = unit(vecs[ref_name])

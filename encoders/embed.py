@@ -52,9 +52,11 @@ MAX_LISTED_SKIPS = 100
 PROGRESS_SECONDS = 10.0
 # Settings that change the vectors or the shard assignment: a resume must match them.
 RESUME_KEYS = ("model_hash", "dim", "pooling", "dtype", "precision", "max_length", "shard_size", "input")
-# compile "auto": on a CPU, compile when this process embeds at least this many papers. The
-# first compile takes ~20 s on 2 cores and doubles the throughput after it (bench/embed_throughput.py).
-COMPILE_MIN_DOCS = 20000
+# compile "auto": on a CPU, compile when this process has at least this many tokens to embed
+# (estimated from its first shard). On 2 cores the first compile takes 10-20 s and then saves
+# enough to pay for itself after ~0.3M (float32) to ~1.6M (bf16, title-only) tokens
+# (bench/embed_throughput.py; jobs/embed.py on eLife); a margin of 3x keeps auto on the safe side.
+COMPILE_MIN_TOKENS = 5_000_000
 COMPILE_MODES = ("auto", "on", "off")
 
 
@@ -70,7 +72,7 @@ class EmbedConfig:
     shard_size: int = 10000
     device: str = "auto"
     threads: int = 0           # CPU threads per process; 0 = torch's default (cores / ranks under torchrun)
-    compile: str = "auto"      # torch.compile the forward: auto (CPU jobs of >= COMPILE_MIN_DOCS papers) | on | off
+    compile: str = "auto"      # torch.compile the forward: auto (CPU, >= COMPILE_MIN_TOKENS to embed) | on | off
     restart: bool = False      # discard existing shards instead of resuming
 
 
@@ -275,12 +277,13 @@ def check_compile_mode(compile_mode: str) -> None:
         raise UserError(f"embed compile {compile_mode!r} is unknown; use one of {', '.join(COMPILE_MODES)}")
 
 
-def inference_forward(enc, compile_mode: str, n_docs: int) -> Callable:
-    """The forward an embedding pass should use: enc.model, or a CompiledForward of it."""
+def inference_forward(enc, compile_mode: str, n_tokens: int) -> Callable:
+    """The forward an embedding pass of about n_tokens (unpadded) should use: enc.model, or a
+    CompiledForward of it."""
     check_compile_mode(compile_mode)
     # auto stays eager on CUDA until the GPU gain is measured (bench/embed_throughput.py GPU section).
     use = compile_mode == "on" or (compile_mode == "auto" and enc.device.type == "cpu"
-                                   and n_docs >= COMPILE_MIN_DOCS)
+                                   and n_tokens >= COMPILE_MIN_TOKENS)
     return CompiledForward(enc.model) if use else enc.model
 
 
@@ -507,14 +510,12 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
     if rank == 0:
         _log(f"{plan.n_rows} input rows ({len(plan.dup_rows)} duplicate ids), {n_shards} shards, "
              f"{len(done)} already done; {world} rank(s)", rank, world)
-    forward = inference_forward(enc, cfg.compile, rows_todo)
-    compiled = isinstance(forward, CompiledForward)
     _log(f"{len(todo)} shards ({rows_todo} rows) to embed on {enc.device} (dim {enc.dim}, {enc.pooling}, "
          f"{precision} compute, {cfg.dtype} out, batches <= {cfg.batch_size} docs / "
-         f"{cfg.max_tokens or 'any'} tokens, {torch.get_num_threads()} threads, "
-         f"{'torch.compile' if compiled else 'eager'})", rank, world)
+         f"{cfg.max_tokens or 'any'} tokens, {torch.get_num_threads()} threads)", rank, world)
 
     progress = Progress(rows_todo, rank, world)
+    forward: Callable = enc.model
     n_written = 0
     own: dict[int, dict] = {}
     # Read + tokenize the next shard in a thread while this one runs through the model.
@@ -522,6 +523,12 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
         future = pool_.submit(prepare_shard, plan, enc, todo[0], cfg.shard_size) if todo else None
         for j, k in enumerate(todo):
             work = future.result()
+            if j == 0:   # the first shard tells how many tokens this rank has to embed
+                est = round(sum(len(x) for x in work.token_ids) / max(work.hi - work.lo, 1) * rows_todo)
+                forward = inference_forward(enc, cfg.compile, est)
+                _log(f"~{est:,} tokens to embed: "
+                     f"{'torch.compile' if forward is not enc.model else 'eager'} forward "
+                     f"(compile {cfg.compile})", rank, world)
             future = (pool_.submit(prepare_shard, plan, enc, todo[j + 1], cfg.shard_size)
                       if j + 1 < len(todo) else None)
             vecs = embed_token_ids(enc, work.token_ids, cfg.batch_size, cfg.max_tokens, precision,
@@ -568,8 +575,8 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
             "embedded_now": progress.docs, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,
             "embed_seconds": round(s, 2), "precision": precision,
-            "compiled": compiled and forward.failed is None,
-            "compile_failed": forward.failed if compiled else None,
+            "compiled": isinstance(forward, CompiledForward) and forward.failed is None,
+            "compile_failed": forward.failed if isinstance(forward, CompiledForward) else None,
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
             "model_hash": mhash, "config": asdict(cfg),

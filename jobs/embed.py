@@ -31,7 +31,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, help="CPU threads per process (0 = default)")
     ap.add_argument("--device", help="auto (default), cpu or cuda")
     ap.add_argument("--compile", choices=["auto", "on", "off"],
-                    help="torch.compile the forward (auto: on a CPU when >= 20,000 papers to embed)")
+                    help="torch.compile the forward (auto: on a CPU when >= 5M tokens to embed)")
     ap.add_argument("--restart", action="store_true", default=None,
                     help="discard existing shards instead of resuming")
     args = ap.parse_args(argv)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from encoders.embed import (EmbedConfig, load_embeddings, plan_input, run_embed,
-                            token_budget_batches)
+from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, inference_forward,
+                            load_embeddings, plan_input, run_embed, token_budget_batches)
 from encoders.model import load_encoder, paper_text, resolve_model
 from importance.contracts import SCHEMAS, RunLayout
 from importance.runtime import UserError
@@ -259,9 +259,13 @@ def test_cli_crash_hook_then_resume(make_run, records, enc):
 def test_compiled_forward_writes_the_same_vectors(make_run, records, enc):
     """compile "on": torch.compile (inductor, frozen weights) gives the eager vectors; shards of 3
     with batches of at most 4 include single-document batches, which run eager by design."""
+    # auto: compile on a CPU only when the tokens to embed pay for it (compiling is lazy: no cost here)
+    assert isinstance(inference_forward(enc, "auto", COMPILE_MIN_TOKENS), CompiledForward)
+    assert inference_forward(enc, "auto", COMPILE_MIN_TOKENS - 1) is enc.model
+    assert inference_forward(enc, "off", 10**12) is enc.model
     eager = make_run("eager", papers(records))
     s0 = run_embed(cfg(), eager, encoder=enc)
-    assert s0["compiled"] is False            # auto: too few papers to pay for a compile
+    assert s0["compiled"] is False            # auto: a few hundred tokens do not pay for a compile
     comp = make_run("compiled", papers(records))
     s1 = run_embed(cfg(compile="on"), comp, encoder=enc)
     assert s1["compiled"] is True and s1["compile_failed"] is None
