@@ -21,6 +21,10 @@ Steps (each cached in --out, so a re-run resumes):
    (c) MeSH clustering on the PubMed records: exact 20-NN cosine graph, CWTS-normalised weights,
        Leiden CPM at several resolutions, accuracy A and granularity G; reported as mean A over the
        resolutions and as relative accuracy (seed paper Fig. 6) over all models' curves together.
+   (d) importance-graded (the seed paper's claim, which the cite task cannot see: it counts every
+       citation alike): each held-out anchor's cited papers that have text, graded by the pair's
+       importance score (pairs table; the same for every H); Spearman's rho between importance
+       and closeness, and nDCG with importance as the gain (mapping.scidocs.evaluate_graded).
    Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
    suffix names settings that differ from the recipe) and prints the .md.
 
@@ -257,6 +261,7 @@ def build_eval_sets(args, out: Path) -> dict:
         qrels = {k: qrels[k] for k in keys}
         write_qrels(out / f"qrels-{variant}.txt", qrels)
         qrels_sets[variant] = qrels
+    graded, graded_eligible = importance_graded_sets(args, out, val, text_ids)
     el = papers[(papers.source == "elife") & papers.has_fulltext].copy()
     el["label"] = el.fields.map(lambda f: f[0] if f is not None and len(f) else None)
     el = el.dropna(subset=["label"])
@@ -267,7 +272,7 @@ def build_eval_sets(args, out: Path) -> dict:
     pm = pm[pm.mesh.map(lambda m: m is not None and len(m) > 0)
             & np.array([_has_text(t, a) for t, a in zip(pm.title, pm.abstract)], bool)].reset_index(drop=True)
     need = set(el.paper_id)
-    for qrels in qrels_sets.values():
+    for qrels in [*qrels_sets.values(), graded]:
         for q, c in qrels.items():
             need.add(q)
             need.update(c)
@@ -275,7 +280,24 @@ def build_eval_sets(args, out: Path) -> dict:
     texts = pd.concat([texts, pm[["paper_id", "title", "abstract"]]]).drop_duplicates("paper_id")
     return {"qrels": qrels_sets, "elife": el[["paper_id", "label"]].reset_index(drop=True), "pubmed": pm,
             "texts": texts.reset_index(drop=True), "val_anchors": len(val),
-            "eligible": eligible}
+            "eligible": {**eligible, "graded": graded_eligible}, "graded": graded}
+
+
+def importance_graded_sets(args, out: Path, val: set, text_ids: set) -> tuple[dict, int]:
+    """{anchor: {cited: importance}} for held-out anchors with >= args.min_graded cited papers that
+    have text and not all of one importance; a seeded sample of at most args.max_queries."""
+    h = 2 if (out / "h2").is_dir() else 0   # pairs do not depend on H; only triplets do
+    pairs = read_table(RunLayout(out / f"h{h}").table("pairs"),
+                       columns=["citing_id", "cited_id", "importance"]).to_pandas()
+    pairs = pairs[pairs.citing_id.isin(val) & pairs.cited_id.isin(text_ids)
+                  & pairs.citing_id.isin(text_ids) & (pairs.citing_id != pairs.cited_id)]
+    graded = {q: dict(zip(g.cited_id, g.importance.astype(float))) for q, g in pairs.groupby("citing_id")
+              if len(g) >= args.min_graded and g.importance.nunique() > 1}
+    keys = sorted(graded)
+    if len(keys) > args.max_queries:
+        rng = np.random.default_rng(args.eval_seed + 1)   # its own stream: the cite sets stay as they were
+        keys = sorted(rng.choice(keys, args.max_queries, replace=False).tolist())
+    return {k: graded[k] for k in keys}, len(graded)
 
 
 # ---------------------------------------------------------------- metrics
@@ -306,7 +328,7 @@ def evaluate_model(args, spec, ev: dict, mv) -> dict:
 
     from encoders.embed import embed_texts
     from encoders.model import load_encoder
-    from mapping.scidocs import evaluate_ranking, svm_macro_f1
+    from mapping.scidocs import evaluate_graded, evaluate_ranking, svm_macro_f1
 
     torch.set_num_threads(args.threads)
     enc = load_encoder(str(spec), None, args.max_length, "cpu")
@@ -320,6 +342,8 @@ def evaluate_model(args, spec, ev: dict, mv) -> dict:
     for variant, qrels in ev["qrels"].items():
         r = evaluate_ranking(qrels, emb)
         res[f"{variant}_map"], res[f"{variant}_ndcg"], res[f"{variant}_queries"] = r["map"], r["ndcg"], r["queries"]
+    g = evaluate_graded(ev["graded"], emb)
+    res["imp_rho"], res["imp_ndcg"], res["imp_queries"] = g["rho"], g["ndcg"], g["queries"]
     el = ev["elife"]
     c = svm_macro_f1(X[[idx[p] for p in el.paper_id]], el.label.tolist(), seed=0)
     res["cls_f1"], res["cls_C"] = c["macro_f1"], c["C"]
@@ -339,6 +363,7 @@ def mesh_vectors(pm: pd.DataFrame):
 
 METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_map", "cite-ft MAP"),
            ("cite-ft_ndcg", "cite-ft nDCG"), ("cls_f1", "eLife subj. macro-F1"),
+           ("imp_rho", "importance ρ"), ("imp_ndcg", "importance nDCG"),
            ("mesh_mean_A", "MeSH mean A"), ("mesh_rel_acc", "MeSH rel. acc.")]
 
 
@@ -403,6 +428,10 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
               f"(c) {data.get('mesh_n')} PubMed records with MeSH; exact 20-NN cosine graph, Leiden CPM "
               f"γ∈{args.resolutions}, min cluster {args.min_cluster_size}. 'mean A' = mean accuracy over the γ grid; "
               "'rel. acc.' = relative accuracy over the common granularity range of all models (1 = average).",
+              f"(d) importance-graded: {next(iter(per_model.values())).get('imp_queries')} held-out anchors "
+              f"(a seeded sample of at most {args.max_queries} of the {data.get('cite_eligible', {}).get('graded')} "
+              f"with ≥{args.min_graded} cited papers that have text and unequal importance); all their cited papers "
+              "graded by importance; Spearman ρ(importance, −L2 distance) and nDCG with importance as gain.",
               "Cells: mean ± sample std over train seeds (base: one deterministic model).",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
@@ -430,6 +459,7 @@ def main() -> None:
     ap.add_argument("--n-neg", type=int, default=25)
     ap.add_argument("--max-queries", type=int, default=200)
     ap.add_argument("--max-rel", type=int, default=5, help="cited papers kept per cite query (SciDocs: 5)")
+    ap.add_argument("--min-graded", type=int, default=3, help="cited papers with text per importance-graded query")
     ap.add_argument("--resolutions", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1])
     ap.add_argument("--min-cluster-size", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
@@ -451,13 +481,15 @@ def main() -> None:
     mv = mesh_vectors(ev["pubmed"])
     data["mesh_n"] = int(len(mv.rows))
     say(f"eval: {len(ev['texts'])} texts, cite queries {[len(q) for q in ev['qrels'].values()]}, "
+        f"importance-graded queries {len(ev['graded'])}, "
         f"eLife labelled {len(ev['elife'])}, PubMed {len(mv.rows)}")
     per_model = {}
     res_json, res_md = out / f"results-n{args.steps}{variant(args)}.json", out / f"results-n{args.steps}{variant(args)}.md"
     prev = json.loads(res_json.read_text()).get("data", {}) if res_json.exists() else {}
     cache = out / "eval_cache.json"
     ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.resolutions,
-                                      args.min_cluster_size, args.max_length]).encode()).hexdigest()[:12]
+                                      args.min_cluster_size, args.max_length, "graded", args.min_graded]
+                                     ).encode()).hexdigest()[:12]
     # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
     todo = [("base", None, None)] + [(f"H={h} seed={s}", h, s) for s in args.seeds for h in args.H]
     for name, h, seed in todo:
@@ -479,7 +511,7 @@ def main() -> None:
             _mark(cache, cached)
             m = per_model[name]
             say(f"eval {name}: cite MAP {m['cite_map']:.4f} nDCG {m['cite_ndcg']:.4f}, cite-ft MAP "
-                f"{m['cite-ft_map']:.4f}, F1 {m['cls_f1']:.4f}, mesh A {m['mesh_mean_A']:.4f} ({time.time() - t:.0f}s)")
+                f"{m['cite-ft_map']:.4f}, importance rho {m['imp_rho']:.4f}, F1 {m['cls_f1']:.4f}, mesh A {m['mesh_mean_A']:.4f} ({time.time() - t:.0f}s)")
         # Results after every model: a run cut short still leaves a (partial) table.
         data["wall_s"] = time.time() - T0
         data["load_end"] = [round(x, 2) for x in os.getloadavg()]

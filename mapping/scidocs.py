@@ -11,6 +11,9 @@ average precision (binary relevance: rel > 0); nDCG uses the graded rel with gai
 log2(rank + 1) discount, normalised by the ideal ordering, over the full candidate list (SciDocs
 computes it with pytrec_eval's `ndcg`, which is the same quantity).
 Classification: LinearSVC on frozen embeddings, C chosen on a grid by 3-fold CV (macro-F1).
+Graded ranking (not a SciDocs task; for importance): each query's candidates carry a real grade
+(e.g. a reference's importance to the citing paper); Spearman's rho between grade and closeness
+(negative L2 distance), and nDCG with the grades as gains.
 """
 from __future__ import annotations
 
@@ -128,3 +131,27 @@ def svm_macro_f1(X: np.ndarray, y: Sequence, c_grid: Sequence[float] = C_GRID, f
             best = (float(s.mean()), float(c), float(s.std()))
     return {"macro_f1": best[0], "C": best[1], "fold_std": best[2], "n": int(len(y)),
             "classes": int(len(set(y)))}
+
+
+def evaluate_graded(graded: Mapping[str, Mapping[str, float]], emb: Mapping[str, np.ndarray]) -> dict:
+    """Mean over queries of Spearman's rho(grade, -L2 distance) and of nDCG (gain = grade).
+    Only queries with at least two candidates of distinct grades count (rho is undefined else)."""
+    from scipy.stats import spearmanr
+
+    rhos, ndcgs, missing = [], [], 0
+    for qid, cands in graded.items():
+        if qid not in emb:
+            missing += 1
+            continue
+        ids = [p for p in cands if p in emb]
+        missing += len(cands) - len(ids)
+        grades = np.array([cands[p] for p in ids], np.float64)
+        if len(ids) < 2 or np.all(grades == grades[0]):
+            continue
+        vecs = np.stack([emb[p] for p in ids]).astype(np.float64)
+        dist = np.linalg.norm(vecs - np.asarray(emb[qid], np.float64)[None, :], axis=1)
+        rhos.append(float(spearmanr(grades, -dist).statistic))
+        ndcgs.append(map_ndcg(rank_by_l2(emb[qid], ids, vecs), dict(zip(ids, grades)))[1])
+    return {"rho": float(np.mean(rhos)) if rhos else float("nan"),
+            "ndcg": float(np.mean(ndcgs)) if ndcgs else float("nan"),
+            "queries": len(rhos), "missing": missing}

@@ -50,3 +50,22 @@ def test_svm_macro_f1_separable_vs_noise():
     noise = svm_macro_f1(rng.normal(size=(60, 2)), y)
     assert good["macro_f1"] > 0.95 and good["classes"] == 3
     assert noise["macro_f1"] < good["macro_f1"] - 0.3
+
+
+def test_graded_ranking_follows_the_grades():
+    from mapping.scidocs import evaluate_graded
+
+    q = np.zeros(2, np.float32)
+    emb = {"q": q, "a": np.array([1, 0], np.float32), "b": np.array([2, 0], np.float32),
+           "c": np.array([3, 0], np.float32)}
+    near_is_important = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    r = evaluate_graded(near_is_important, emb)
+    assert r["rho"] == pytest.approx(1.0) and r["ndcg"] == pytest.approx(1.0) and r["queries"] == 1
+    far_is_important = {"q": {"a": 1.0, "b": 2.0, "c": 3.0}}
+    r = evaluate_graded(far_is_important, emb)
+    # reversed order: rho -1; nDCG = (1 + 2/log2 3 + 3/2) / (3 + 2/log2 3 + 1/2)
+    assert r["rho"] == pytest.approx(-1.0)
+    assert r["ndcg"] == pytest.approx((1 + 2 / np.log2(3) + 3 / 2) / (3 + 2 / np.log2(3) + 1 / 2))
+    # equal grades carry no order: the query is left out; an unknown candidate is counted missing
+    r = evaluate_graded({"q": {"a": 1.0, "b": 1.0, "zz": 2.0}}, emb)
+    assert r["queries"] == 0 and r["missing"] == 1 and np.isnan(r["rho"])
