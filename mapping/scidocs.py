@@ -95,16 +95,22 @@ def rank_by_l2(query: np.ndarray, cand_ids: Sequence[str], cand_vecs: np.ndarray
     return [cand_ids[i] for i in np.argsort(d, kind="stable")]
 
 
+def _with_embedding(qid: str, cands: Mapping[str, float], emb: Mapping[str, np.ndarray]) -> tuple[list[str], int]:
+    """A query's candidates that have an embedding, and how many ids lack one (no query
+    embedding: no candidates, and the query counts as the one missing id)."""
+    if qid not in emb:
+        return [], 1
+    ids = [p for p in cands if p in emb]
+    return ids, len(cands) - len(ids)
+
+
 def evaluate_ranking(qrels: Mapping[str, Mapping[str, int]], emb: Mapping[str, np.ndarray]) -> dict:
     """SciDocs ranking task: MAP and nDCG (means over queries) for qrels and an id -> vector map.
     Queries or candidates without an embedding are skipped and counted."""
     aps, ndcgs, missing = [], [], 0
     for qid, cands in qrels.items():
-        if qid not in emb:
-            missing += 1
-            continue
-        ids = [p for p in cands if p in emb]
-        missing += len(cands) - len(ids)
+        ids, lacking = _with_embedding(qid, cands, emb)
+        missing += lacking
         if not ids:
             continue
         ranked = rank_by_l2(emb[qid], ids, np.stack([emb[p] for p in ids]))
@@ -140,11 +146,8 @@ def evaluate_graded(graded: Mapping[str, Mapping[str, float]], emb: Mapping[str,
 
     rhos, ndcgs, missing = [], [], 0
     for qid, cands in graded.items():
-        if qid not in emb:
-            missing += 1
-            continue
-        ids = [p for p in cands if p in emb]
-        missing += len(cands) - len(ids)
+        ids, lacking = _with_embedding(qid, cands, emb)
+        missing += lacking
         grades = np.array([cands[p] for p in ids], np.float64)
         if len(ids) < 2 or np.all(grades == grades[0]):
             continue
