@@ -157,6 +157,7 @@ def gpu_section(args, simulate: bool = False) -> None:
     params = sum(p.numel() for n_, p in model.named_parameters() if "embeddings" not in n_)
     flops_per_token = 2 * params + 4 * layers * seq * hidden   # matmuls + QK^T and AV
     bs = args.gpu_batch_size
+    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     eager_rate = None
     for mode, forward in (("eager", None), ("torch.compile", CompiledForward(model))):
         def once():
@@ -180,7 +181,6 @@ def gpu_section(args, simulate: bool = False) -> None:
         if eager_rate:
             print(f"  torch.compile / eager: {tok_s / eager_rate:.2f}")
         eager_rate = eager_rate or tok_s
-        peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
         if peak and not simulate:
             print(f"  model FLOP utilisation: {achieved / (peak * 1e12):.1%} of {peak:.0f} TFLOP/s bf16 peak")
         elif not simulate:

@@ -293,5 +293,6 @@ def test_compile_failure_falls_back_to_eager(make_run, records):
     assert summary["compiled"] is False and summary["compile_failed"] and summary["papers"] == 12
     ref = make_run("nocxx_ref", papers(records))
     run_embed(cfg(), ref)
-    assert load_embeddings(lay)[0] == load_embeddings(ref)[0]
-    np.testing.assert_allclose(load_embeddings(lay)[1], load_embeddings(ref)[1], atol=1e-6)
+    (ids, m), (ids_ref, m_ref) = load_embeddings(lay), load_embeddings(ref)
+    assert ids == ids_ref
+    np.testing.assert_allclose(m, m_ref, atol=1e-6)
