@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from importance.contracts import RunLayout  # noqa: E402
+from sciencemap.layout import RunLayout
 from importance.ingest import IngestConfig, run_ingest  # noqa: E402
 from importance.job import ImportanceConfig, run_importance  # noqa: E402
 from importance.spark import get_spark  # noqa: E402

@@ -124,7 +124,7 @@ def one_size(run: Path, shuffle_partitions: int) -> dict:
 
     import pyarrow.parquet as pq
 
-    from importance.contracts import RunLayout
+    from sciencemap.layout import RunLayout
     from importance.job import ImportanceConfig, run_importance
     from importance.spark import get_spark
 
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     if a.one:
         print("RESULT " + json.dumps(one_size(Path(a.one), a.shuffle_partitions)), flush=True)
         return 0
-    from importance.contracts import RunLayout
+    from sciencemap.layout import RunLayout
     from importance.generate import GenerateConfig, run_generate
 
     results = []

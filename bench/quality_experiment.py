@@ -48,8 +48,10 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from importance.contracts import SPLIT_VAL, RunLayout  # noqa: E402
-from importance.runtime import read_table  # noqa: E402
+from sciencemap.contracts import SPLIT_VAL
+
+from sciencemap.layout import RunLayout
+from sciencemap.storage import read_table
 
 DATA = REPO.parent / "shared" / "data"
 ELIFE_TAR = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"

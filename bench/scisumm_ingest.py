@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import pyarrow.parquet as pq
 
-    from importance.contracts import RunLayout
+    from sciencemap.layout import RunLayout
     from importance.ingest import IngestConfig, run_ingest
 
     dirs = extract(Path(a.cache))

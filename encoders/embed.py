@@ -39,15 +39,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from importance.contracts import RunLayout, embeddings_schema
-from importance.runtime import UserError
+from encoders.config import COMPILE_MODES, EmbedConfig  # noqa: F401  (EmbedConfig re-exported)
+from sciencemap.contracts import (EMBEDDING_SHARD_META_KEY, EMBEDDINGS_FORMAT, EMBEDDINGS_MANIFEST,
+                                  embeddings_schema)
+from sciencemap.embeddings import load_embeddings, shard_name  # noqa: F401  (load_embeddings re-exported)
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
 from encoders.model import Encoder, load_encoder, model_hash, paper_text, pool, resolve_precision
 
-MANIFEST = "manifest.json"
-FORMAT = 2
+MANIFEST = EMBEDDINGS_MANIFEST
+FORMAT = EMBEDDINGS_FORMAT
 DTYPES = {"float32": (np.float32, pa.float32()), "float16": (np.float16, pa.float16())}
 CRASH_ENV = "SCIENCEMAP_EMBED_CRASH_AFTER"  # test hook for the CLI: stop after N shards
-META_KEY = b"sciencemap"                     # per-shard record in the shard file's schema metadata
+META_KEY = EMBEDDING_SHARD_META_KEY
 MAX_LISTED_SKIPS = 100
 PROGRESS_SECONDS = 10.0
 # Settings that change the vectors or the shard assignment: a resume must match them.
@@ -57,27 +62,6 @@ RESUME_KEYS = ("model_hash", "dim", "pooling", "dtype", "precision", "max_length
 # enough to pay for itself after ~0.3M (float32) to ~1.6M (bf16, title-only) tokens
 # (bench/embed_throughput.py; jobs/embed.py on eLife); a margin of 3x keeps auto on the safe side.
 COMPILE_MIN_TOKENS = 5_000_000
-COMPILE_MODES = ("auto", "on", "off")
-
-
-@dataclass
-class EmbedConfig:
-    model: str = ""            # "" = the run's trained model (<run>/model); or "minilm" / a path
-    pooling: str = ""          # "" = the pooling recorded with the model (else mean)
-    batch_size: int = 128      # most documents per batch
-    max_tokens: int = 8192     # most padded tokens per batch (token budget); 0 = no budget
-    max_length: int = 128
-    dtype: str = "float32"     # float32 | float16 (stored vectors)
-    precision: str = "auto"    # compute: auto (bf16 on CUDA and CPUs with native bf16) | float32 | bfloat16
-    shard_size: int = 10000
-    device: str = "auto"
-    threads: int = 0           # CPU threads per process; 0 = torch's default (cores / ranks under torchrun)
-    compile: str = "auto"      # torch.compile the forward: auto (CPU, >= COMPILE_MIN_TOKENS to embed) | on | off
-    restart: bool = False      # discard existing shards instead of resuming
-
-
-def shard_name(k: int) -> str:
-    return f"part-{k:05d}.parquet"
 
 
 def _shard_index(p: Path) -> int | None:
@@ -581,31 +565,3 @@ def _run(cfg, layout, enc, after_shard, crash_after, world, rank, t_start) -> di
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
             "model_hash": mhash, "config": asdict(cfg),
             "seconds": round(time.perf_counter() - t_start, 2)}
-
-
-def load_embeddings(layout_or_dir: RunLayout | str | os.PathLike) -> tuple[list[str], np.ndarray]:
-    """(paper ids, float32 matrix n x dim) of a finished embed run, in shard (= input) order.
-    Accepts a RunLayout, a run directory or an embeddings directory."""
-    if isinstance(layout_or_dir, RunLayout):
-        d = layout_or_dir.embeddings_dir
-    else:
-        d = Path(layout_or_dir)
-        if not (d / MANIFEST).is_file() and (d / "embeddings" / MANIFEST).is_file():
-            d = d / "embeddings"
-    manifest_path = d / MANIFEST
-    if not manifest_path.is_file():
-        raise UserError(f"no embeddings manifest at {manifest_path}; run jobs/embed.py first")
-    manifest = json.loads(manifest_path.read_text())
-    if not manifest.get("complete"):
-        raise UserError(f"embeddings in {d} are incomplete ({len(manifest.get('finished_shards', []))}"
-                        f"/{manifest.get('n_shards')} shards); rerun jobs/embed.py to resume")
-    dim = int(manifest["dim"])
-    ids: list[str] = []
-    mats = []
-    for k in range(int(manifest["n_shards"])):
-        t = pq.read_table(d / shard_name(k))
-        ids.extend(t["paper_id"].to_pylist())
-        flat = t["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        mats.append(np.asarray(flat, dtype=np.float32).reshape(-1, dim))
-    matrix = np.concatenate(mats) if mats else np.zeros((0, dim), np.float32)
-    return ids, matrix

@@ -21,12 +21,12 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import numpy as np
 import torch
 
-from importance.runtime import UserError
+from sciencemap.contracts import MODEL_CARD
+from sciencemap.runtime import UserError
+from sciencemap.text import paper_text  # noqa: F401  (re-exported)
 
-DEFAULT_MODEL = "minilm"
-POOLINGS = ("mean", "cls")
-PRECISIONS = ("auto", "float32", "bfloat16")
-SCIENCEMAP_JSON = "sciencemap.json"  # our metadata file inside a saved model directory
+from encoders.config import DEFAULT_MODEL, POOLINGS, PRECISIONS  # noqa: F401  (re-exported)
+SCIENCEMAP_JSON = MODEL_CARD  # our metadata file inside a saved model directory
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -80,15 +80,6 @@ def default_pooling(model_dir: Path) -> str:
         if conf.get("pooling_mode_cls_token") and not conf.get("pooling_mode_mean_tokens"):
             return "cls"
     return "mean"
-
-
-def paper_text(title: str | None, abstract: str | None, sep: str = "[SEP]") -> str:
-    """title [SEP] abstract (METHODS.md §4); a missing side is left out, not written as 'None'."""
-    t = (title or "").strip()
-    a = (abstract or "").strip()
-    if t and a:
-        return f"{t} {sep} {a}"
-    return t or a
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:

@@ -47,46 +47,22 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import torch
 
-from importance.contracts import SPLIT_TRAIN, SPLIT_VAL, RunLayout
-from importance.runtime import UserError, replace_dir
+from encoders.config import TrainConfig
+from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL, TRIPLETS_META_KEY
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_json_metadata, replace_dir
 from encoders.losses import TripletLoss, triplet_distances
-from encoders.model import DEFAULT_MODEL, SCIENCEMAP_JSON, Encoder, load_encoder, paper_text
+from encoders.model import SCIENCEMAP_JSON, Encoder, load_encoder, paper_text
 
 TRIPLET_COLS = ["anchor_id", "positive_id", "negative_id", "negative_kind", "split"]
-TRIPLETS_META_KEY = b"sciencemap.triplets"  # written by importance/job.py (K, H, margin, ...)
 CHECKPOINTS = "checkpoints"
 CURVE_PNG = "train_curve.png"
 # Settings that change the training trajectory: a checkpoint is only resumed when they match.
 TRAJECTORY_FIELDS = ("model", "pooling", "margin", "normalize", "lr", "weight_decay", "batch_size",
                      "grad_accum", "max_steps", "epochs", "warmup_ratio", "max_grad_norm",
                      "max_length", "seed")
-
-
-@dataclass
-class TrainConfig:
-    model: str = DEFAULT_MODEL      # "minilm" or a local Hugging Face directory (e.g. SciBERT)
-    pooling: str = "mean"           # mean over non-padding tokens (seed paper) or cls
-    margin: float | None = None     # None: the triplets' own margin (importance stage), else 1.0
-    normalize: bool = False         # L2-normalise before the loss (off: see METHODS.md §4)
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    batch_size: int = 8             # triplets per micro-batch and process
-    grad_accum: int = 4             # micro-batches per optimizer step
-    max_steps: int = 0              # optimizer steps; 0 = run `epochs` full passes
-    epochs: int = 2
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0      # 0 = no clipping
-    max_length: int = 256
-    seed: int = 0
-    log_every: int = 10             # optimizer steps per training-loss log line
-    val_max: int = 128              # validation triplets used (a seeded sample), for speed
-    eval_batch_size: int = 32
-    eval_every: int = 0             # extra validation every N steps (0 = epoch ends only)
-    checkpoint_every: int = 200     # optimizer steps between checkpoints (0 = none)
-    keep_checkpoints: int = 2
-    keep_final_checkpoint: bool = False  # False: checkpoints are removed once the model is saved
-    resume: bool = True             # continue from the newest matching checkpoint
-    device: str = "auto"
 
 
 def _check(cfg: TrainConfig) -> None:
@@ -181,18 +157,6 @@ def _dataset(path: Path, what: str) -> ds.Dataset:
     if not path.exists():
         raise UserError(f"table {path} does not exist; run the importance stage first ({what})")
     return ds.dataset(str(path), format="parquet")
-
-
-def triplets_meta(path: Path) -> dict:
-    """The importance stage's JSON metadata (K, H, margin, ...) on the triplets' Parquet files."""
-    parts = sorted(Path(path).glob("*.parquet"))
-    if not parts:
-        return {}
-    md = pq.read_schema(parts[0]).metadata or {}
-    try:
-        return json.loads(md.get(TRIPLETS_META_KEY, b"{}"))
-    except json.JSONDecodeError:
-        return {}
 
 
 def load_texts(papers_dir: Path, ids: set[str], sep: str) -> dict[str, str]:
@@ -455,7 +419,7 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
     _check(cfg)
     t_start = time.perf_counter()
     if cfg.margin is None:
-        found = triplets_meta(layout.table("triplets")).get("margin")
+        found = read_json_metadata(layout.table("triplets"), TRIPLETS_META_KEY).get("margin")
         cfg = dataclasses.replace(cfg, margin=float(found) if found is not None else 1.0)
     dist = init_dist(cfg.device)
     try:

@@ -23,7 +23,7 @@ WEIGHT_METHODS = ("entropy", "uniform")
 
 def feature_set(name: str) -> tuple[str, ...]:
     """A named set, or an explicit comma list such as "I,R,D,S"."""
-    from importance.runtime import UserError
+    from sciencemap.runtime import UserError
 
     if name in FEATURE_SETS:
         return FEATURE_SETS[name]
@@ -85,7 +85,7 @@ def weights_from_stats(st: dict, features: tuple[str, ...], method: str = "entro
     shift: one more aggregation over `pairs` (never the case for counts and the 0/1 flag S)."""
     from pyspark.sql import functions as F
 
-    from importance.runtime import UserError
+    from sciencemap.runtime import UserError
 
     if method not in WEIGHT_METHODS:
         raise UserError(f"weight method {method!r} is unknown; use one of {WEIGHT_METHODS}")
@@ -135,7 +135,7 @@ def weights_from_stats(st: dict, features: tuple[str, ...], method: str = "entro
 def weights_table(pairs, features: tuple[str, ...], method: str = "entropy") -> list[dict]:
     """Table 3 rows (feature, mean, std, entropy, weight): one Spark aggregation (two when a
     feature's minimum is not 0)."""
-    from importance.runtime import UserError
+    from sciencemap.runtime import UserError
 
     if method not in WEIGHT_METHODS:
         raise UserError(f"weight method {method!r} is unknown; use one of {WEIGHT_METHODS}")

@@ -39,8 +39,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from importance.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, replace_dir
+from sciencemap.config import setting
+from sciencemap.contracts import SCHEMAS
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import replace_dir
 
 REFS_LOGNORMAL = (4.054, 0.423)
 MENTIONS_PMF = [0.6721, 0.1807, 0.0663, 0.0301, 0.0161, 0.0112, 0.0067, 0.0042, 0.0029, 0.0022, 0.0016, 0.0013]
@@ -56,14 +59,14 @@ CLASS_ORDER = ("I", "R", "D", "M", "O")
 
 @dataclass
 class GenerateConfig:
-    mentions: int = 100_000          # target number of mention rows (the result is within a few %)
-    seed: int = 0
-    pool_factor: int = 10            # cited-paper pool = pool_factor x citing papers
-    popularity_sigma: float = 1.5    # lognormal sigma of popularity weights (heavy tail)
-    self_citation_share: float = 0.15
-    papers_per_lab: int = 20
-    chunk_papers: int = 2000         # citing papers per written file
-    source: str = "synthetic"
+    mentions: int = setting(100_000, "target number of mention rows (the result is within a few %)")
+    seed: int = setting(0, "")
+    pool_factor: int = setting(10, "cited-paper pool = pool_factor x citing papers")
+    popularity_sigma: float = setting(1.5, "lognormal sigma of popularity weights (heavy tail)")
+    self_citation_share: float = setting(0.15, "")
+    papers_per_lab: int = setting(20, "")
+    chunk_papers: int = setting(2000, "citing papers per written file")
+    source: str = setting("synthetic", "")
 
 
 def _mentions_pmf() -> np.ndarray:

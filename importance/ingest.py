@@ -17,11 +17,14 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError
+from sciencemap.config import setting
+from sciencemap.contracts import SCHEMAS
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
 from importance.spark import arrow_to_spark_type, get_spark, to_spark_schema, write_spark_table
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+# Relative input paths are read from the working directory (make demo runs from the checkout).
 DEFAULT_INPUTS = [
     {"path": "sample/elife", "format": "jats", "source": "elife"},
     {"path": "sample/scisummnet", "format": "scisummnet", "source": "scisummnet"},
@@ -34,11 +37,23 @@ DANGLING_REASON = "in-text citation to an unknown reference"
 DUPLICATE_CITANCE_REASON = "duplicate citance (same citing sentence and cited paper as another citance)"
 
 
+def parse_input(spec: str) -> dict:
+    """`--input PATH:FORMAT:SOURCE` as an [ingest] inputs entry."""
+    import argparse
+
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{spec!r} must read PATH:FORMAT:SOURCE, e.g. sample/elife:jats:elife")
+    return {"path": parts[0], "format": parts[1], "source": parts[2]}
+
+
 @dataclass
 class IngestConfig:
-    inputs: list[dict] = field(default_factory=lambda: [dict(x) for x in DEFAULT_INPUTS])
-    shuffle_partitions: int = 8
-    output_partitions: int = 2  # files per written table (small corpora: few files)
+    inputs: list[dict] = setting(help="PATH:FORMAT:SOURCE, repeatable; replaces the configured inputs",
+                                 factory=lambda: [dict(x) for x in DEFAULT_INPUTS], parse=parse_input, append=True,
+                                 flags=("--input",))
+    shuffle_partitions: int = setting(8, "")
+    output_partitions: int = setting(2, "files per written table (small corpora: few files)")
 
 
 def _internal_schemas():
@@ -79,11 +94,10 @@ def _to_tuple(names, rec):
 
 
 def resolve_input_path(path: str) -> Path:
-    p = Path(path)
-    if not p.is_absolute():
-        p = (Path.cwd() / p) if (Path.cwd() / p).exists() else (REPO_ROOT / p)
+    p = Path(path).absolute()  # relative to the working directory
     if not p.exists():
-        raise UserError(f"ingest input {path} does not exist; fix the path in the [ingest] inputs setting")
+        raise UserError(f"ingest input {path} does not exist (relative paths are read from the working "
+                        f"directory, {Path.cwd()}); fix the path in the [ingest] inputs setting")
     return p
 
 

@@ -9,26 +9,28 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from importance.contracts import RunLayout
-from importance.runtime import UserError, replace_dir
+from sciencemap.config import setting
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.contracts import TRIPLETS_META_KEY
+from sciencemap.storage import read_json_metadata, replace_dir
 from importance.spark import get_spark, write_spark_table
 
-TRIPLETS_META_KEY = b"sciencemap.triplets"
 
 
 @dataclass
 class ImportanceConfig:
-    feature_set: str = "default"        # default (I,R,D,S) | all | no_I | no_M | no_R | no_D | no_S | "I,R,D,S"
-    weight_method: str = "entropy"      # entropy | uniform
-    scaled_score: bool = False          # score with min–max scaled features instead of raw counts
-    K: int = 5
-    H: int = 2                          # H = 0: SPECTER-style baseline (all citations equal)
-    margin: float = 1.0                 # carried in the triplets' metadata for the trainer
-    seed: int = 0
-    val_fraction: float = 0.2
-    anchor_fraction: float = 1.0
-    shuffle_partitions: int = 8
-    output_partitions: int = 0          # files per written table; 0 = one per ~2M rows (at most shuffle_partitions)
+    feature_set: str = setting("default", "default (I,R,D,S) | all | no_I | no_M | no_R | no_D | no_S | 'I,R,D,S'")
+    weight_method: str = setting("entropy", "entropy | uniform")
+    scaled_score: bool = setting(False, "score with min–max scaled features instead of raw counts")
+    K: int = setting(5, "")
+    H: int = setting(2, "H = 0: SPECTER-style baseline (all citations equal)")
+    margin: float = setting(1.0, "carried in the triplets' metadata for the trainer")
+    seed: int = setting(0, "")
+    val_fraction: float = setting(0.2, "")
+    anchor_fraction: float = setting(1.0, "")
+    shuffle_partitions: int = setting(8, "")
+    output_partitions: int = setting(0, "files per written table; 0 = one per ~2M rows (at most shuffle_partitions)")
 
 
 def _read(spark, layout: RunLayout, name: str):
@@ -75,13 +77,8 @@ def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) ->
 
 
 def read_triplets_meta(path) -> dict:
-    import pyarrow.parquet as pq
-
-    parts = sorted(Path(path).glob("*.parquet"))
-    if not parts:
-        return {}
-    md = pq.read_schema(parts[0]).metadata or {}
-    return json.loads(md.get(TRIPLETS_META_KEY, b"{}"))
+    """The sampling settings stamped on the triplets table ({} when missing)."""
+    return read_json_metadata(path, TRIPLETS_META_KEY)
 
 
 def _auto_partitions(n_rows: int, rows_per_file: int, cap: int) -> int:
@@ -98,8 +95,8 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
 
     from importance.entropy import COLUMN, combine_stats, feature_set, format_table3, score, stats_aggs, weights_from_stats
     from importance.features import build_pairs
-    from importance.runtime import write_table_atomic
-    from importance.contracts import SCHEMAS
+    from sciencemap.storage import write_table_atomic
+    from sciencemap.contracts import SCHEMAS
     from importance.triplets import TripletConfig, has_title, sample_triplets
 
     import pyarrow as pa

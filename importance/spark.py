@@ -1,10 +1,11 @@
 """SparkSession creation with a Java check, and Arrow -> Spark schema conversion.
 
-Executors import the pure-Python `importance` package (readers, sections). In local mode the repo
-root is put on PYTHONPATH and the driver's interpreter is used for workers; on a cluster
-(non-local master, also under spark-submit --master spark://...) the package is zipped and shipped
-with addPyFile, and the executors' PYTHONPATH is NOT pointed at this checkout, so a cluster run
-proves the shipping works (bench/spark_standalone.sh checks it on a real standalone cluster).
+Executors import the pure-Python `importance` and `sciencemap` packages (readers, sections,
+contracts). In local mode the workers run the driver's interpreter, which has them installed.
+On a cluster (a non-local master, also under spark-submit --master spark://...) both packages are
+zipped from wherever this interpreter imports them (a checkout with an editable install, or
+site-packages after `pip install .`) and shipped with addPyFile; bench/spark_standalone.sh checks
+that on a real standalone cluster.
 
 spark-submit from the venv: the pip package's bin/find-spark-home runs `python3` from PATH (unless
 PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON is set) to locate SPARK_HOME; a python3 without pyspark
@@ -24,12 +25,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from importance.contracts import SCHEMAS
-from importance.runtime import UserError
+from sciencemap.contracts import SCHEMAS
+from sciencemap.runtime import UserError
 
 JAVA_MISSING = ("Java 17 is required for the Spark stages but was not found; install it "
                 "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME.")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+# What the executors import: this package and the core it depends on (never encoders / mapping).
+SHIPPED_PACKAGES = ("importance", "sciencemap")
 
 
 def check_java() -> str:
@@ -54,13 +56,21 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def _ship_package(spark) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="sciencemap-py-"))
-    zpath = tmp / "importance.zip"
+def package_zip(dest_dir: Path, packages=SHIPPED_PACKAGES) -> Path:
+    """One zip of the named packages' .py files, taken from where this interpreter imports them."""
+    import importlib
+
+    zpath = Path(dest_dir) / "sciencemap-packages.zip"
     with zipfile.ZipFile(zpath, "w") as z:
-        for f in (REPO_ROOT / "importance").rglob("*.py"):
-            z.write(f, f.relative_to(REPO_ROOT).as_posix())
-    spark.sparkContext.addPyFile(str(zpath))
+        for name in packages:
+            pkg_dir = Path(importlib.import_module(name).__file__).resolve().parent
+            for f in sorted(pkg_dir.rglob("*.py")):
+                z.write(f, (Path(name) / f.relative_to(pkg_dir)).as_posix())
+    return zpath
+
+
+def _ship_packages(spark) -> None:
+    spark.sparkContext.addPyFile(str(package_zip(Path(tempfile.mkdtemp(prefix="sciencemap-py-")))))
 
 
 def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory: str = "2g",
@@ -75,19 +85,11 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    pp = os.environ.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in pp.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), pp) if x)
     b = SparkSession.builder.appName(app)
     if master:
         b = b.master(master)
     elif not _under_spark_submit():
         b = b.master("local[2]")
-    if master is None and _under_spark_submit():
-        from pyspark import SparkConf
-
-        master = SparkConf().get("spark.master", "local[*]")  # what spark-submit was given
-    local = (master or "local").startswith("local")
     if not _under_spark_submit():
         b = b.config("spark.driver.memory", driver_memory)
     b = (b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -97,8 +99,6 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
           .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
           .config("spark.sql.session.timeZone", "UTC")
           .config("spark.sql.adaptive.enabled", "true"))
-    if local:
-        b = b.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     try:
         spark = b.getOrCreate()
     except Exception as e:  # JVM failed to start: still one sentence for the user
@@ -107,7 +107,7 @@ def get_spark(app: str = "sciencemap", master: str | None = None, driver_memory:
         raise
     spark.sparkContext.setLogLevel("ERROR")
     if not spark.sparkContext.master.startswith("local"):
-        _ship_package(spark)
+        _ship_packages(spark)
     return spark
 
 
@@ -150,7 +150,7 @@ def write_spark_table(df, dest, name: str | None = None, partitions: int | None 
 
     from pyspark.sql import functions as F
 
-    from importance.runtime import replace_dir
+    from sciencemap.storage import replace_dir
 
     dest = Path(dest)
     if name is not None:

@@ -30,8 +30,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, read_table, write_table_atomic
+from sciencemap.config import comma_floats, setting
+from sciencemap.contracts import SCHEMAS
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_table, write_table_atomic
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +48,12 @@ DEFAULT_RESOLUTIONS = [0.0003, 0.001, 0.003, 0.01, 0.03]
 
 @dataclass
 class ClusterConfig:
-    resolutions: list[float] = field(default_factory=lambda: list(DEFAULT_RESOLUTIONS))
-    min_cluster_size: int = 5
-    seed: int = 42
-    n_iterations: int = -1         # -1 = iterate until the partition is stable
-    beta: float = 0.01             # Leiden refinement randomness
-    target_topics: int = 0         # >0: add the resolution giving about this many clusters (bisection)
+    resolutions: list[float] = setting(help="CPM resolutions, comma-separated on the command line", factory=lambda: list(DEFAULT_RESOLUTIONS), parse=comma_floats)
+    min_cluster_size: int = setting(5, "")
+    seed: int = setting(42, "")
+    n_iterations: int = setting(-1, "-1 = iterate until the partition is stable")
+    beta: float = setting(0.01, "Leiden refinement randomness")
+    target_topics: int = setting(0, ">0: add the resolution giving about this many clusters (bisection)")
 
 
 @dataclass

@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from importance.contracts import RunLayout
-from importance.runtime import UserError, read_table
+from sciencemap.config import setting
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_table
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, accuracy, granularity, publication_vectors
 from mapping.netstats import network_stats
@@ -29,13 +31,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EvaluateConfig:
-    major_weight: float = 2.0
-    major_in_vector: bool = True
-    drop_check_tags: bool = True
-    extra_check_tags: list[str] = field(default_factory=list)
-    baseline_seed: int = 0
-    path_sample: int = 200
-    title: str = "sciencemap run report"
+    major_weight: float = setting(2.0, "")
+    major_in_vector: bool = setting(True, "")
+    drop_check_tags: bool = setting(True, "")
+    extra_check_tags: list[str] = setting(help="", factory=list)
+    baseline_seed: int = setting(0, "seed of the permuted-labels baseline", flags=("--seed",))
+    path_sample: int = setting(200, "")
+    title: str = setting("sciencemap run report", "")
 
 
 def _atomic_text(dest: Path, text: str) -> None:

@@ -16,8 +16,12 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, write_table_atomic
+from sciencemap.config import setting
+from sciencemap.contracts import SCHEMAS
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import write_table_atomic
 from mapping.io import l2_normalise, load_embeddings
 
 log = logging.getLogger(__name__)
@@ -25,15 +29,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class KnnConfig:
-    k: int = 20
-    index: str = "auto"          # auto | flat | ivf
-    exact_below: int = 200_000   # auto: exact search below this many vectors
-    nlist: int = 0               # IVF lists; 0 = 4·sqrt(n)
-    nprobe: int = 32
-    batch_size: int = 16_384     # queries per search call (bounds memory of the result arrays)
-    recall_queries: int = 1_000  # sample size for recall@k of IVF vs exact
-    seed: int = 0
-    gpu: str = "auto"            # auto | never
+    k: int = setting(20, "neighbours per paper")
+    index: str = setting("auto", "exact (flat) or IVF search; auto decides by size", choices=("auto", "flat", "ivf"))
+    exact_below: int = setting(200_000, "auto: exact search below this many vectors")
+    nlist: int = setting(0, "IVF lists; 0 = 4·sqrt(n)")
+    nprobe: int = setting(32, "IVF lists visited per query")
+    batch_size: int = setting(16_384, "queries per search call (bounds memory of the result arrays)")
+    recall_queries: int = setting(1_000, "sample size for recall@k of IVF vs exact")
+    seed: int = setting(0, "seed of the IVF training sample and the recall queries")
+    gpu: str = setting("auto", "auto | never")
 
 
 def _maybe_gpu(index, cfg: KnnConfig):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import cKDTree
 
-from importance.runtime import UserError
+from sciencemap.runtime import UserError
 
 
 def topic_layout(V: np.ndarray, method: str = "umap", seed: int = 42, n_neighbors: int = 15,

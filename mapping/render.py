@@ -27,8 +27,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, read_table, write_table_atomic
+from sciencemap.config import setting
+from sciencemap.contracts import SCHEMAS
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_table, write_table_atomic
 from mapping.io import l2_normalise, load_embeddings, load_papers
 from mapping.layout import paper_positions, topic_layout
 from mapping.topics import example_titles, topic_overlays, topic_vectors
@@ -42,21 +46,21 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 @dataclass
 class RenderConfig:
-    map_resolution: float = 0.0   # 0 = the middle one of the resolutions in `clusters`
-    width: int = 1200             # map.png size in pixels, legend included
-    height: int = 900
-    legend_width: int = 220
-    layout_method: str = "umap"   # umap | pca
-    n_neighbors: int = 15
-    min_dist: float = 0.1
-    seed: int = 42
-    jitter: float = 0.5           # paper disc radius, in units of the median nearest-topic distance
-    label_words: int = 3
-    examples: int = 3
-    labels_on_map: int = 40       # largest topics get a text label on the HTML map
-    title: str = "Map of science"
-    html_width: int = 1000
-    html_height: int = 750
+    map_resolution: float = setting(0.0, "0 = the middle one of the resolutions in `clusters`")
+    width: int = setting(1200, "map.png size in pixels, legend included")
+    height: int = setting(900, "")
+    legend_width: int = setting(220, "")
+    layout_method: str = setting("umap", "2-D layout of the topics", choices=("umap", "pca"), flags=("--layout",))
+    n_neighbors: int = setting(15, "")
+    min_dist: float = setting(0.1, "")
+    seed: int = setting(42, "")
+    jitter: float = setting(0.5, "paper disc radius, in units of the median nearest-topic distance")
+    label_words: int = setting(3, "")
+    examples: int = setting(3, "")
+    labels_on_map: int = setting(40, "largest topics get a text label on the HTML map")
+    title: str = setting("Map of science", "")
+    html_width: int = setting(1000, "")
+    html_height: int = setting(750, "")
 
 
 # Cited papers known only from a reference list (no record of their own) are drawn in grey, so

@@ -1,4 +1,4 @@
-"""Input readers: bytes of one input file -> `(kind, dict)` records matching importance.contracts.
+"""Input readers: bytes of one input file -> `(kind, dict)` records matching sciencemap.contracts.
 
 Pure Python (lxml, csv, json), so they run on Spark executors and in tests without Spark.
 `parse_file(fmt, source, path, data)` dispatches on the format name used by IngestConfig.

@@ -18,8 +18,9 @@ import pytest
 from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, inference_forward,
                             load_embeddings, plan_input, run_embed, token_budget_batches)
 from encoders.model import load_encoder, paper_text, resolve_model
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError
+from sciencemap.contracts import SCHEMAS
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"

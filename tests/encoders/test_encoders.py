@@ -10,8 +10,11 @@ import pytest
 
 from encoders.model import load_encoder, paper_text, resolve_model
 
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, write_table_atomic
+from sciencemap.contracts import SCHEMAS
+
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import write_table_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"

@@ -17,10 +17,13 @@ import torch
 from encoders.embed import EmbedConfig, run_embed
 from encoders.losses import TripletLoss
 from encoders.model import load_encoder, paper_text
-from encoders.train import (CHECKPOINTS, CURVE_PNG, TRIPLETS_META_KEY, TrainConfig, read_log,
+from sciencemap.contracts import TRIPLETS_META_KEY
+from encoders.train import (CHECKPOINTS, CURVE_PNG, TrainConfig, read_log,
                             retrieval_metrics, run_train, shard_order, triplet_vectors)
-from importance.contracts import SCHEMAS, RunLayout
-from importance.runtime import UserError, write_table_atomic
+from sciencemap.contracts import SCHEMAS
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import write_table_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"

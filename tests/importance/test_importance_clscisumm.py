@@ -4,7 +4,7 @@ import re
 import pyarrow.parquet as pq
 from lxml import etree
 
-from importance.contracts import RunLayout
+from sciencemap.layout import RunLayout
 from importance.ingest import IngestConfig, run_ingest
 from importance.readers import parse_file
 from importance.readers.common import clean_ws

@@ -3,7 +3,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from importance.authors import shares_author
-from importance.contracts import SCHEMAS, RunLayout
+from sciencemap.contracts import SCHEMAS
+from sciencemap.layout import RunLayout
 from importance.generate import SECTION_MIX, GenerateConfig, run_generate
 from importance.job import ImportanceConfig, read_triplets_meta, run_importance
 
@@ -91,7 +92,7 @@ def test_spark_author_matching_equals_python(spark):
     import pyarrow as pa
 
     from importance.authors import author_keys_arrow
-    from importance.contracts import AUTHOR
+    from sciencemap.contracts import AUTHOR
 
     arr = {side: author_keys_arrow(pa.array([[dict(family=f, given=g, orcid=o) for f, g, o in r[i]]
                                              if r[i] is not None else None for r in rows], pa.list_(AUTHOR)))
@@ -121,7 +122,7 @@ def test_arrow_author_keys_equal_spark_keys(spark):
     from pyspark.sql import functions as F
 
     from importance.authors import author_keys_arrow, author_keys_spark
-    from importance.contracts import AUTHOR
+    from sciencemap.contracts import AUTHOR
 
     rnd = random.Random(1)
     names = ["Smith", "Müller", "O'Brien", "Ødegård", "Çelik", "van der Berg", "", None, "李", "Ñúñez", "123"]

@@ -5,10 +5,10 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from importance.contracts import RunLayout
+from sciencemap.layout import RunLayout
 from importance.ingest import DUPLICATE_CITANCE_REASON, IngestConfig, run_ingest
 from importance.job import ImportanceConfig, read_triplets_meta, run_importance
-from importance.runtime import UserError
+from sciencemap.runtime import UserError
 
 NOREF = b"""<article><front><article-meta><article-id pub-id-type="doi">10.9999/X.1</article-id>
 <title-group><article-title>Planted</article-title></title-group></article-meta></front>

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from lxml import etree
 
-from importance.contracts import RunLayout
+from sciencemap.layout import RunLayout
 from importance.ingest import IngestConfig, run_ingest
 from importance.readers import parse_file
 from importance.readers.medline_text import parse_mesh
 from importance.readers.s2orc import norm_arxiv
-from importance.runtime import UserError
+from sciencemap.runtime import UserError
 from importance.sections import class_from_heading
 
 DATA = "tests/data"

@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from importance.contracts import SCHEMAS, RunLayout, embeddings_schema
-from importance.runtime import write_table_atomic
+from sciencemap.contracts import SCHEMAS, embeddings_schema
+
+from sciencemap.layout import RunLayout
+from sciencemap.storage import write_table_atomic
 
 WORDS = [["neuron", "cortex", "synapse"], ["protein", "folding", "chaperone"], ["parser", "treebank", "syntax"],
          ["tumour", "chemotherapy", "oncology"], ["bacteria", "antibiotic", "resistance"], ["galaxy", "stellar", "orbit"]]

@@ -65,7 +65,7 @@ def test_map_html_no_errors_labels_escaped(tmp_path):
 
 
 def test_pipeline_map_html_in_browser(tmp_path):
-    from importance.runtime import read_table
+    from sciencemap.storage import read_table
     from mapping.cluster import ClusterConfig, run_cluster
     from mapping.knn import KnnConfig, run_knn
     from mapping.render import run_render

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from mapping_data import clustered_vectors, make_run  # first: puts the repo root on sys.path
 
-from importance.runtime import UserError, read_table
+from sciencemap.runtime import UserError
+
+from sciencemap.storage import read_table
 from mapping.cluster import (ClusterConfig, build_graph, cluster_graph, merge_small_clusters,
                              resolution_for_target, run_cluster)
 from mapping.io import l2_normalise

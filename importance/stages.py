@@ -1,0 +1,59 @@
+"""The importance package's stages, registered through the `sciencemap.stages` entry points.
+
+ingest and importance run on Spark; they share one SparkSession per process (the runner's or the
+job door's StageContext), made here on first use and stopped when the context closes.
+"""
+from __future__ import annotations
+
+import json
+
+from sciencemap.stages import Stage, StageContext
+
+from importance.generate import GenerateConfig
+from importance.ingest import IngestConfig
+from importance.job import ImportanceConfig
+
+
+def spark_session(ctx: StageContext):
+    from importance.spark import get_spark
+
+    return ctx.shared("spark", get_spark, close=lambda s: s.stop())
+
+
+def _ingest(cfg, layout, ctx):
+    from importance.ingest import run_ingest
+
+    return run_ingest(cfg, layout, spark=spark_session(ctx))
+
+
+def _show_ingest(s: dict) -> str:
+    return (json.dumps(s["per_source"], indent=1) +
+            f"\ningest done in {s['seconds']} s; counts add up: {s['check_input_equals_papers_plus_rejects']}")
+
+
+def _importance(cfg, layout, ctx):
+    from importance.job import run_importance
+
+    return run_importance(cfg, layout, spark=spark_session(ctx))
+
+
+def _show_importance(s: dict) -> str:
+    keys = ("n_pairs", "n_triplets", "share_hard_negatives", "resolution_rate_per_source", "seconds")
+    return json.dumps({k: s[k] for k in keys}, indent=1)
+
+
+def _generate(cfg, layout, ctx):
+    from importance.generate import run_generate
+
+    return run_generate(cfg, layout)
+
+
+INGEST = Stage("ingest", 10, IngestConfig, _ingest, creates_run=True, show=_show_ingest,
+               summary="Read full-text papers (JATS, ScisummNet, S2ORC/unarXive, MEDLINE, PubMed CSV) into "
+                       "the papers, references, mentions and rejects tables (Spark).")
+IMPORTANCE = Stage("importance", 20, ImportanceConfig, _importance, show=_show_importance,
+                   summary="Citation features per citing->cited pair, entropy weights (Table 3), importance "
+                           "scores and Algorithm 1 training triplets (Spark).")
+GENERATE = Stage("generate", 5, GenerateConfig, _generate, creates_run=True, in_pipeline=False,
+                 summary="Write a synthetic corpus (papers, references, mentions, rejects) for scale tests "
+                         "(importance/generate.py documents the model).")

@@ -1,0 +1,43 @@
+"""The mapping package's stages, registered through the `sciencemap.stages` entry points."""
+from __future__ import annotations
+
+from sciencemap.stages import Stage
+
+from mapping.cluster import ClusterConfig
+from mapping.evaluate import EvaluateConfig
+from mapping.knn import KnnConfig
+from mapping.render import RenderConfig
+
+
+def _knn(cfg, layout, ctx):
+    from mapping.knn import run_knn
+
+    return run_knn(cfg, layout)
+
+
+def _cluster(cfg, layout, ctx):
+    from mapping.cluster import run_cluster
+
+    return run_cluster(cfg, layout)
+
+
+def _render(cfg, layout, ctx):
+    from mapping.render import run_render
+
+    return run_render(cfg, layout)
+
+
+def _evaluate(cfg, layout, ctx):
+    from mapping.evaluate import run_evaluate
+
+    return run_evaluate(cfg, layout)
+
+
+KNN = Stage("knn", 50, KnnConfig, _knn, summary="Build the k-nearest-neighbour graph (FAISS) of the run's "
+            "embeddings: writes the edges table.")
+CLUSTER = Stage("cluster", 60, ClusterConfig, _cluster, summary="Cluster the kNN graph with Leiden (CPM) at "
+                "one or more resolutions: writes the clusters table.")
+RENDER = Stage("render", 70, RenderConfig, _render, summary="Lay out the topics (UMAP) and render the map: "
+               "writes the topics table, map.png and map.html.")
+EVALUATE = Stage("evaluate", 80, EvaluateConfig, _evaluate, summary="MeSH clustering accuracy per resolution, "
+                 "network statistics, report.md and metrics.json.")

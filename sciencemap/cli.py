@@ -1,0 +1,105 @@
+"""The command line of every job, generated from the stage registry.
+
+`jobs/<stage>.py`, `python -m jobs.<stage>` and the console script `sciencemap <stage>` all end
+here: the options are the stage's config dataclass fields (sciencemap.config.add_options) plus
+`--run` and `--config`; the stage's summary is printed (JSON unless the stage says otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from sciencemap.config import add_options, config_from_args, load_toml
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError, run_cli
+from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, get_stage, pipeline_stages
+from sciencemap.storage import require_dir
+
+
+def _unshadow_stage_packages() -> None:
+    """Re-run this script with `python -P` when its folder shadows a stage package.
+
+    Python puts a script's own folder first on the import path, so `python jobs/importance.py`
+    (and spark-submit, which runs the script the same way) would import jobs/importance.py in
+    place of the `importance` package. -P (Python >= 3.11) leaves that folder out; exec keeps the
+    process, its environment (spark-submit's gateway variables included) and its arguments."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if script is None or getattr(main, "__spec__", None) is not None or sys.flags.safe_path:
+        return  # not a script (python -m, console script, tests) or already without its folder
+    folder = Path(script).resolve().parent
+    roots = {ep.module.split(".")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if any((folder / f"{r}.py").exists() for r in roots):
+        os.execv(sys.executable, [sys.executable, "-P", script, *sys.argv[1:]])
+
+
+def stage_parser(name: str, prog: str | None = None) -> argparse.ArgumentParser:
+    stage = get_stage(name)
+    ap = argparse.ArgumentParser(prog=prog, description=stage.summary,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    # --run-dir: under torchrun, whose own parser takes --run as an abbreviation of its --run-path.
+    ap.add_argument("--run", "--run-dir", dest="run", required=True, help="run directory")
+    ap.add_argument("--config", help=f"TOML file; its [{name}] section fills {stage.config.__name__}")
+    add_options(ap, stage.config)
+    return ap
+
+
+def run_stage(name: str, argv: list[str] | None = None, prog: str | None = None) -> dict:
+    """Parse a job's options, run the stage, print its summary; returns the summary."""
+    stage = get_stage(name)
+    args = stage_parser(name, prog).parse_args(argv)
+    cfg = config_from_args(stage.config, load_toml(args.config).get(name), args)
+    run_dir = Path(args.run) if stage.creates_run else require_dir(args.run, "run directory")
+    with StageContext() as ctx:
+        summary = stage.run(cfg, RunLayout(run_dir), ctx)
+    text = stage.show(summary) if stage.show else json.dumps(summary, indent=2, default=str)
+    if text:
+        print(text)
+    return summary
+
+
+def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Exit code of one job (a UserError is one line on stderr and exit code 2)."""
+    _unshadow_stage_packages()
+    return run_cli(lambda a: run_stage(name, a, prog), argv)
+
+
+def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    from sciencemap.pipeline import PipelineOptions, run_pipeline
+
+    _unshadow_stage_packages()
+
+    def main(a):
+        names = [s.name for s in pipeline_stages()]
+        ap = argparse.ArgumentParser(prog=prog, description="Run the whole pipeline (or a slice of it) "
+                                     "into one run directory; finished stages are skipped.")
+        ap.add_argument("--run", required=True, help="run directory (created if missing)")
+        ap.add_argument("--config", help="TOML file with one [section] per stage")
+        ap.add_argument("--from", dest="first", choices=names, help="first stage to run")
+        ap.add_argument("--to", dest="last", choices=names, help="last stage to run")
+        ap.add_argument("--force", action="store_true", help="re-run stages that already finished")
+        o = ap.parse_args(a)
+        run_pipeline(PipelineOptions(run=Path(o.run), config=o.config, first=o.first, last=o.last, force=o.force))
+
+    return run_cli(main, argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`sciencemap <stage|pipeline> [options]`: the console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        try:
+            names = [s.name for s in pipeline_stages()]
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print("usage: sciencemap {pipeline," + ",".join(names) + "} [options]   (each has --help)")
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "pipeline":
+        return pipeline_main(rest, prog="sciencemap pipeline")
+    return stage_main(cmd, rest, prog=f"sciencemap {cmd}")

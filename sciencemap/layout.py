@@ -1,0 +1,75 @@
+"""The run directory: where each stage reads and writes, named once.
+
+One run is one directory; each table is a sub-directory named after its contract
+(sciencemap.contracts.SCHEMAS), next to a few files (model, map, report, summaries).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where each stage reads and writes inside one run directory."""
+
+    root: Path
+
+    def table(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def embeddings_dir(self) -> Path:
+        return self.root / "embeddings"
+
+    @property
+    def map_png(self) -> Path:
+        return self.root / "map.png"
+
+    @property
+    def map_html(self) -> Path:
+        return self.root / "map.html"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def metrics_json(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def ingest_summary(self) -> Path:
+        """JSON: input records, papers and rejects per source (and per reject reason)."""
+        return self.root / "ingest_summary.json"
+
+    @property
+    def importance_summary(self) -> Path:
+        """JSON: Table 3 rows, pair/triplet counts, share of hard negatives, resolution rate."""
+        return self.root / "importance_summary.json"
+
+    @property
+    def train_log(self) -> Path:
+        """JSON lines, one per logged training step."""
+        return self.root / "train_log.jsonl"
+
+    @property
+    def config_used(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def stages_json(self) -> Path:
+        """The pipeline runner's record of finished stages and their settings hashes."""
+        return self.root / "stages.json"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def train_curve_png(self) -> Path:
+        return self.root / "train_curve.png"

@@ -1,0 +1,84 @@
+"""The runner behind jobs/pipeline.py: the registered stages in order, in one process.
+
+Stages share one StageContext, so the two Spark stages share one SparkSession. `stages.json` in
+the run directory records each finished stage with a hash of its settings; a restarted run skips
+those, which is how an interrupted pipeline resumes. A stage re-run invalidates every stage after it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sciencemap.config import config_from, load_toml
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.stages import Stage, StageContext, pipeline_stages
+from sciencemap.storage import write_json_atomic
+
+
+@dataclass
+class PipelineOptions:
+    run: Path
+    config: str | None = None
+    first: str | None = None
+    last: str | None = None
+    force: bool = False
+
+
+def settings_hash(cfg) -> str:
+    return hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def select(stages: list[Stage], first: str | None, last: str | None) -> list[Stage]:
+    names = [s.name for s in stages]
+    for n in (first, last):
+        if n is not None and n not in names:
+            raise UserError(f"unknown stage {n!r}; stages are {names}")
+    i = names.index(first) if first else 0
+    j = names.index(last) if last else len(stages) - 1
+    if i > j:
+        raise UserError(f"--from {first} comes after --to {last}; swap them")
+    return stages[i : j + 1]
+
+
+def run_pipeline(opts: PipelineOptions) -> dict:
+    stages = pipeline_stages()
+    names = [s.name for s in stages]
+    toml = load_toml(opts.config)
+    unknown = sorted(set(toml) - set(names))
+    if unknown:
+        raise UserError(f"config {opts.config} has unknown section(s) {unknown}; stages are {names}")
+    chosen = select(stages, opts.first, opts.last)
+    configs = {s.name: config_from(s.config, toml.get(s.name)) for s in chosen}  # all settings checked up front
+    layout = RunLayout(Path(opts.run))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    if opts.config:
+        shutil.copyfile(opts.config, layout.config_used)
+    state = json.loads(layout.stages_json.read_text()) if layout.stages_json.exists() else {}
+
+    summaries, t_start = {}, time.time()
+    with StageContext() as ctx:
+        for stage in chosen:
+            cfg = configs[stage.name]
+            digest = settings_hash(cfg)
+            done = state.get(stage.name)
+            if done and done["settings"] == digest and not opts.force:
+                print(f"[{stage.name}] already done with these settings ({done['seconds']:.1f} s); skipped")
+                continue
+            print(f"[{stage.name}] starting", flush=True)
+            t0 = time.time()
+            summaries[stage.name] = stage.run(cfg, layout, ctx)
+            seconds = time.time() - t0
+            print(f"[{stage.name}] done in {seconds:.1f} s", flush=True)
+            for later in names[names.index(stage.name) + 1 :]:
+                state.pop(later, None)
+            state[stage.name] = {"settings": digest, "seconds": seconds, "finished": time.time()}
+            write_json_atomic(layout.stages_json, state)
+    print(f"pipeline finished in {time.time() - t_start:.1f} s; outputs in {layout.root}")
+    if layout.report_md.exists():
+        print(f"report: {layout.report_md}")
+    return summaries

@@ -1,0 +1,129 @@
+"""Process plumbing every stage shares: user-facing errors, logging, device and distributed set-up.
+
+Nothing here imports torch or pyspark at module level: `import sciencemap` must stay cheap for the
+mapping stages (tests/sciencemap/test_imports.py checks it). The torch-using helpers import it
+inside the function.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+
+class UserError(Exception):
+    """An error the user can fix (bad path, missing Java, wrong schema): printed as one sentence."""
+
+
+def run_cli(main, argv=None) -> int:
+    """Run a job's main(); a UserError becomes one line on stderr and exit code 2, not a traceback."""
+    try:
+        main(argv)
+        return 0
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def say(msg: str, rank: int = 0, world: int = 1) -> None:
+    """A progress line on stderr (stdout is for the job's JSON summary); rank-tagged under torchrun."""
+    prefix = f"[rank {rank}/{world}] " if world > 1 else ""
+    print(prefix + msg, file=sys.stderr, flush=True)
+
+
+def rss_mb() -> float:
+    """Peak resident memory of this process in MB (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------- processes (torchrun / DDP)
+
+def dist_env() -> tuple[int, int, int]:
+    """(world size, rank, local rank) as torchrun sets them; (1, 0, 0) for a plain process."""
+    return (int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
+            int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@dataclass
+class Dist:
+    """This process's place among torchrun's processes, and the few collectives the stages use."""
+
+    rank: int = 0
+    world: int = 1
+    device: str = "auto"
+    started: bool = False  # we initialised the process group (and destroy it in close())
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch
+
+            torch.distributed.barrier()
+
+    def mean(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        import torch
+
+        t = torch.tensor([x], dtype=torch.float64, device=_collective_device())
+        torch.distributed.all_reduce(t)
+        return float(t.item()) / self.world
+
+    def gather(self, obj):
+        if self.world == 1:
+            return [obj]
+        import torch
+
+        out = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj):
+        if self.world == 1:
+            return obj
+        import torch
+
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if self.started:
+            import torch
+
+            torch.distributed.destroy_process_group()
+            self.started = False
+
+
+def _collective_device():
+    import torch
+
+    dist = torch.distributed
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_dist(device: str = "auto") -> Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1 (nccl on CUDA, gloo on CPU).
+
+    `device` is the stage's setting (auto / cpu / cuda); the returned Dist.device is the device
+    this rank should use ("cuda:<local rank>" or "cpu"), or `device` unchanged for one process."""
+    world, rank, local = dist_env()
+    if world <= 1:
+        return Dist(device=device)
+    import torch
+
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    started = False
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cuda else "gloo")
+        started = True
+    return Dist(rank=rank, world=world, device=f"cuda:{local}" if cuda else "cpu", started=started)
