@@ -109,11 +109,13 @@ def _collective_device():
     return torch.device("cpu")
 
 
-def init_dist(device: str = "auto") -> Dist:
+def init_dist(device: str = "auto", timeout_s: float | None = None) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1 (nccl on CUDA, gloo on CPU).
 
     `device` is the stage's setting (auto / cpu / cuda); the returned Dist.device is the device
-    this rank should use ("cuda:<local rank>" or "cpu"), or `device` unchanged for one process."""
+    this rank should use ("cuda:<local rank>" or "cpu"), or `device` unchanged for one process.
+    `timeout_s`: how long a collective may wait (None: torch's default, minutes); a stage whose
+    ranks finish unevenly and then meet at a barrier needs a long one."""
     world, rank, local = dist_env()
     if world <= 1:
         return Dist(device=device)
@@ -124,6 +126,9 @@ def init_dist(device: str = "auto") -> Dist:
         torch.cuda.set_device(local)
     started = False
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if cuda else "gloo")
+        from datetime import timedelta
+
+        wait = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+        torch.distributed.init_process_group("nccl" if cuda else "gloo", **wait)
         started = True
     return Dist(rank=rank, world=world, device=f"cuda:{local}" if cuda else "cpu", started=started)
