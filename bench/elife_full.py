@@ -20,12 +20,10 @@ import tarfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from sciencemap.layout import RunLayout
-from importance.ingest import IngestConfig, run_ingest  # noqa: E402
-from importance.job import ImportanceConfig, run_importance  # noqa: E402
-from importance.spark import get_spark  # noqa: E402
+from importance.ingest import IngestConfig, run_ingest
+from importance.job import ImportanceConfig, run_importance
+from importance.spark import get_spark
 
 TAR = Path("/work/shared/data/elife-articles/elife-articles-6c97171-xml.tar.gz")
 TYPE = re.compile(rb'<article[^>]*\barticle-type="([^"]+)"')

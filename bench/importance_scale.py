@@ -41,9 +41,6 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 
 def _rss_kb(pid: int) -> int:
     try:

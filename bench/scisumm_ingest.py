@@ -17,10 +17,8 @@ import tarfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-DATA = REPO.parent / "shared" / "data" / "cl-scisumm"
+# the shared data folder beside this checkout (bench scripts run from a checkout)
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cl-scisumm"
 TARS = {"scisummnet": ("scisummnet-2019.tar.gz", "data/Training-Set-2019/Task1/From-ScisummNet-2019"),
         "clscisumm": ("training-set-2018-40topics.tar.gz", "data/Training-Set-2019/Task1/From-Training-Set-2018")}
 

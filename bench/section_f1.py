@@ -21,11 +21,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lxml import etree
 
-from lxml import etree  # noqa: E402
-
-from importance.sections import CLASSES, class_from_sec_type, classify_section, macro_f1  # noqa: E402
+from importance.sections import CLASSES, class_from_sec_type, classify_section, macro_f1
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not SHARED.exists():
