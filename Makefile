@@ -1,13 +1,15 @@
 # Two commands do everything on a fresh machine (Python 3.11 + Java 17):
 #   make demo   -> creates .venv if missing, installs, runs the whole pipeline on the sample
 #   make test   -> same set-up, then the test suite
+# The install is editable (a checkout for development); bench/installed_package.sh checks that a
+# plain `pip install .` into a fresh venv runs the same jobs from any folder.
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sciencemap-installed
 RUN    ?= runs/demo
 
-.PHONY: demo test install browser clean
+.PHONY: demo test install installed-check browser clean
 
 demo: $(STAMP)
 	$(PY) jobs/pipeline.py --config configs/demo.toml --run $(RUN)
@@ -17,8 +19,14 @@ test: $(STAMP) browser
 
 install: $(STAMP)
 
+# Not part of demo/test (a second venv, minutes): pip install . (not editable), then the sample's
+# ingest and spark-submit <site-packages>/jobs/importance.py from another folder, tables compared.
+installed-check: $(STAMP)
+	bash bench/installed_package.sh
+
 # torch first, pinned: its CPU wheel is on disk; an unpinned torch pulls gigabytes of CUDA packages.
-$(STAMP): requirements.txt setup.cfg
+# Re-installed when the pins, setup.cfg (packages, entry points) or pyproject.toml (build) change.
+$(STAMP): requirements.txt setup.cfg pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11"; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
