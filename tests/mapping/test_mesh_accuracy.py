@@ -1,7 +1,6 @@
 """MeSH accuracy: O(nnz) formula vs the N×N definition, IC, granularity, relative accuracy."""
 from __future__ import annotations
 
-import mapping_data  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 import pytest
 

@@ -1,17 +1,15 @@
-"""Small synthetic runs for the mapping tests: clustered unit vectors + a papers table."""
+"""Small synthetic runs for the mapping tests: clustered unit vectors + a papers table.
+
+The tests get the builders as fixtures (`make_run`, `clustered_vectors`): under pytest's importlib
+import mode test folders are not importable modules."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `importance`/`mapping`
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from sciencemap.contracts import SCHEMAS, embeddings_schema
-
 from sciencemap.layout import RunLayout
 from sciencemap.storage import write_table_atomic
 
@@ -20,7 +18,7 @@ WORDS = [["neuron", "cortex", "synapse"], ["protein", "folding", "chaperone"], [
 SOURCES = ["elife", "pubmed", "scisummnet"]
 
 
-def clustered_vectors(n_clusters: int, per: int, dim: int, noise: float, seed: int = 0):
+def _clustered_vectors(n_clusters: int, per: int, dim: int, noise: float, seed: int = 0):
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(n_clusters, dim))
     labels = np.repeat(np.arange(n_clusters), per)
@@ -28,7 +26,7 @@ def clustered_vectors(n_clusters: int, per: int, dim: int, noise: float, seed: i
     return X.astype(np.float32), labels
 
 
-def write_embeddings(layout: RunLayout, ids, X, shards: int = 2) -> None:
+def _write_embeddings(layout: RunLayout, ids, X, shards: int = 2) -> None:
     layout.embeddings_dir.mkdir(parents=True, exist_ok=True)
     for i, part in enumerate(np.array_split(np.arange(len(ids)), shards)):
         vec = pa.FixedSizeListArray.from_arrays(pa.array(X[part].ravel(), pa.float32()), X.shape[1])
@@ -37,11 +35,11 @@ def write_embeddings(layout: RunLayout, ids, X, shards: int = 2) -> None:
         pq.write_table(t, layout.embeddings_dir / f"part-{i:05d}.parquet")
 
 
-def make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=None) -> tuple[RunLayout, np.ndarray]:
+def _make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=None) -> tuple[RunLayout, np.ndarray]:
     """A run dir with `papers` (titles from cluster-specific words, fields, years, MeSH on the
     pubmed ones) and embeddings. Returns (layout, true labels)."""
     layout = RunLayout(root)
-    X, labels = clustered_vectors(n_clusters, per, dim, noise, seed)
+    X, labels = _clustered_vectors(n_clusters, per, dim, noise, seed)
     n = len(labels)
     ids = [f"p:{i}" for i in range(n)]
     rng = np.random.default_rng(seed + 1)
@@ -64,6 +62,18 @@ def make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=N
                      # every 7th paper is known only as a cited title (no record file of its own)
                      "source_file": None if i % 7 == 6 else f"{src}/{i}.xml"})
     write_table_atomic(pa.Table.from_pylist(rows, schema=SCHEMAS["papers"]), layout.table("papers"))
-    write_embeddings(layout, ids, X)
+    _write_embeddings(layout, ids, X)
     return layout, labels
 
+
+
+@pytest.fixture
+def make_run():
+    """make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=None) -> (layout, labels)"""
+    return _make_run
+
+
+@pytest.fixture
+def clustered_vectors():
+    """clustered_vectors(n_clusters, per, dim, noise, seed=0) -> (X float32, true labels)"""
+    return _clustered_vectors

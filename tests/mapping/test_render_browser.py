@@ -1,60 +1,47 @@
-"""map.html in real headless Chromium: no JavaScript errors, labels rendered, data strings escaped."""
+"""map.html (mapping.render) in real headless Chromium: no JavaScript errors, labels rendered,
+data strings escaped. Skipped where Chromium is not installed (the `browser` fixture)."""
 from __future__ import annotations
 
+import io
 import json
-import os
 
 import numpy as np
 import pandas as pd
-import pytest
-from mapping_data import make_run  # first: puts the repo root on sys.path
+from PIL import Image
 
-import chromium_cdp
 from mapping.render import RenderConfig, build_html
-
-pytestmark = pytest.mark.skipif(not os.path.exists(chromium_cdp.CHROMIUM),
-                                reason=f"headless Chromium not installed ({chromium_cdp.CHROMIUM}); "
-                                       "apt-get install chromium to run the browser tests")
-
-# BokehJS has rendered the DataTable's cells (inside shadow roots) once a slick-cell exists.
-TABLE_RENDERED = """(() => { let f = false; const w = n => { if (n.shadowRoot) w(n.shadowRoot);
-  if (n.classList && n.classList.contains('slick-cell')) f = true; for (const c of n.childNodes) w(c); };
-  w(document.documentElement); return f; })()"""
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
-def test_detector_sees_js_errors_and_injection(tmp_path):
+def test_detector_sees_js_errors_and_injection(tmp_path, browser):
     page = tmp_path / "bad.html"
     page.write_text("<html><body><p>hello</p><script>console.error('boom'); undefinedFunction();</script>"
                     "<script>document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__pwned=2\">')</script>"
                     "</body></html>")
-    r = chromium_cdp.open_page(page, settle=1.0)
+    r = browser.open_page(page, settle=1.0)
     assert any("undefinedFunction" in e for e in r["errors"]), r["errors"]
     assert any("boom" in e for e in r["errors"]), r["errors"]
     assert r["pwned"] == 2                      # the injection check can fail
     ok = tmp_path / "ok.html"
     ok.write_text("<html><body><p>fine</p></body></html>")
-    r = chromium_cdp.open_page(ok, settle=0.2)
+    r = browser.open_page(ok, settle=0.2)
     assert r["errors"] == [] and "fine" in r["text"] and r["pwned"] is None
 
 
-def test_map_html_no_errors_labels_escaped(tmp_path):
+def test_map_html_no_errors_labels_escaped(tmp_path, browser):
     topics = pd.DataFrame({"cluster": np.arange(4), "size": [40, 30, 20, 10],
                            "label": [EVIL, "protein, folding", "parser, syntax", "galaxy & <b>orbit</b>"],
                            "x": [0.0, 1, 0, 1], "y": [0.0, 0, 1, 1], "main_field": ["Bio", "Bio", "CS", "<i>Astro</i>"],
                            "mean_year": [2001.0, np.nan, 2010, 2015], "interdisciplinarity": [0.0, 1.5, np.nan, 2]})
     examples = [[EVIL, "A title"], ["Protein"], ["Parser"], ["Galaxy"]]
-    from PIL import Image
-    import io
-
     buf = io.BytesIO()
     Image.new("RGB", (20, 20), "white").save(buf, format="PNG")
     html = build_html(topics, examples, buf.getvalue(), (-0.5, 1.5), (-0.5, 1.5), RenderConfig(title="test map"))
     assert EVIL not in html and "</script><img" not in html  # escaped inside Bokeh's JSON
     page = tmp_path / "map.html"
     page.write_text(html)
-    r = chromium_cdp.open_page(page, wait_js=TABLE_RENDERED, timeout=30)
+    r = browser.open_page(page, wait_js=browser.TABLE_RENDERED, timeout=30)
     assert r["ready"], "BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
     assert r["pwned"] is None, "a data string was executed as HTML"
@@ -64,7 +51,7 @@ def test_map_html_no_errors_labels_escaped(tmp_path):
         assert label in r["text"], label        # shown literally, as text
 
 
-def test_pipeline_map_html_in_browser(tmp_path):
+def test_pipeline_map_html_in_browser(tmp_path, browser, make_run):
     from sciencemap.storage import read_table
     from mapping.cluster import ClusterConfig, run_cluster
     from mapping.knn import KnnConfig, run_knn
@@ -79,7 +66,7 @@ def test_pipeline_map_html_in_browser(tmp_path):
       sel.value = 'c_year'; return sel.value; })()"""
     colours = """(() => { const src = [...Bokeh.documents[0].all_models].find(m => m.data && 'c_year' in m.data);
       return JSON.stringify([src.data.color, src.data.c_year, src.data.c_field]); })()"""
-    r = chromium_cdp.open_page(layout.map_html, wait_js=TABLE_RENDERED, timeout=30,
+    r = browser.open_page(layout.map_html, wait_js=browser.TABLE_RENDERED, timeout=30,
                                probes={"switch": switch, "colours": colours})
     assert r["ready"] and r["errors"] == [], r["errors"]
     color, c_year, c_field = json.loads(r["probes"]["colours"])

@@ -1,7 +1,9 @@
-"""Open a local HTML file in real headless Chromium over the DevTools protocol (--remote-debugging-pipe)
-and collect JavaScript errors (uncaught exceptions, console.error, error log entries).
+"""Fixtures every test folder shares: where the sample and test data live, one SparkSession, and a
+headless Chromium to open the HTML map in.
 
-Chromium reads CDP messages from fd 3 and writes to fd 4, each a JSON object ending in a NUL byte.
+Tests import the project as installed (`make install` installs it editable); pytest runs with
+--import-mode=importlib (setup.cfg), so test modules cannot import each other: what they share is
+here, as fixtures.
 """
 from __future__ import annotations
 
@@ -14,10 +16,45 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+
+@pytest.fixture(scope="session")
+def repo_root(pytestconfig) -> Path:
+    """The checkout under test (pytest's rootdir, where setup.cfg is): sample/ and tests/data live there."""
+    return Path(pytestconfig.rootpath)
+
+
+@pytest.fixture(scope="session")
+def sample_dir(repo_root) -> Path:
+    return repo_root / "sample"
+
+
+@pytest.fixture(scope="session")
+def test_data(repo_root) -> Path:
+    return repo_root / "tests" / "data"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession (2 cores) for every Spark test of the session."""
+    from importance.spark import get_spark
+
+    s = get_spark(app="sciencemap-tests", master="local[2]", shuffle_partitions=4)
+    yield s
+
+
+# ---------------------------------------------------------------- headless Chromium (DevTools protocol)
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # The Debian launcher script is fine, but the binary behind it avoids its shell checks.
 if Path("/usr/lib/chromium/chromium").exists():
     CHROMIUM = "/usr/lib/chromium/chromium"
+
+# BokehJS has rendered the DataTable's cells (inside shadow roots) once a slick-cell exists.
+TABLE_RENDERED = """(() => { let f = false; const w = n => { if (n.shadowRoot) w(n.shadowRoot);
+  if (n.classList && n.classList.contains('slick-cell')) f = true; for (const c of n.childNodes) w(c); };
+  w(document.documentElement); return f; })()"""
 
 # All text under the document, descending into shadow roots (BokehJS renders inside them).
 DEEP_TEXT_JS = r"""
@@ -49,6 +86,9 @@ DEEP_TAGS_JS = r"""
 
 
 class Chromium:
+    """Headless Chromium driven over --remote-debugging-pipe: it reads CDP messages from fd 3 and
+    writes to fd 4, each a JSON object ending in a NUL byte."""
+
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="cdp-")
         r_in, w_in = os.pipe()    # we write -> chromium fd 3
@@ -70,7 +110,8 @@ class Chromium:
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
              f"--user-data-dir={self.tmp}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=child_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if not os.environ.get("CDP_DEBUG") else None)
+            pass_fds=(3, 4), preexec_fn=child_fds, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if not os.environ.get("CDP_DEBUG") else None)
         os.close(r_in)
         os.close(w_out)
         self.w, self.r = w_in, r_out
@@ -174,3 +215,19 @@ def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, set
                 "probes": probe_values}
     finally:
         c.close()
+
+
+class Browser:
+    """What a browser test gets: open_page(path, wait_js=..., ...) and the wait condition for a
+    rendered map table."""
+
+    TABLE_RENDERED = TABLE_RENDERED
+    open_page = staticmethod(open_page)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Browser:
+    """Headless Chromium; the test is skipped where it is not installed."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"headless Chromium not installed ({CHROMIUM}); apt-get install chromium to run the browser tests")
+    return Browser()

@@ -1,14 +1,12 @@
-"""CL-SciSumm 2018 reader and its Spark ingest, on real files in tests/data/clscisumm (see NOTICE.md)."""
+"""The CL-SciSumm reader (importance.readers.clscisumm): papers, citances and their sections."""
 import re
 
-import pyarrow.parquet as pq
 from lxml import etree
 
-from sciencemap.layout import RunLayout
-from importance.ingest import IngestConfig, run_ingest
 from importance.readers import parse_file
 from importance.readers.common import clean_ws
 from importance.sections import classify_section
+
 
 RP = "C98-1097"
 CITING = ["C02-1033", "P04470", "P6230"]  # P04470 and P6230 are malformed (tag mismatch)
@@ -88,24 +86,3 @@ def test_empty_and_unrecoverable_files_rejected_with_parser_message(repo_root, t
         msg = str(e)
     (rej,) = _recs(bad)
     assert rej[0] == "reject" and rej[1]["reason"] == f"malformed XML: {msg}" and rej[1]["stage"] == "ingest"
-
-
-def test_spark_ingest_clscisumm_counts(spark, repo_root, tmp_path):
-    folder = repo_root / "tests/data/clscisumm"
-    layout = RunLayout(tmp_path / "run")
-    s = run_ingest(IngestConfig(inputs=[{"path": str(folder), "format": "clscisumm", "source": "cls"}]),
-                   layout, spark=spark)
-    d = s["per_source"]["cls"]
-    assert s["check_input_equals_papers_plus_rejects"] and d["check_citances"]
-    assert d["input_records"] == 5 and d["papers_corpus"] == 4 and d["record_rejects"] == 1
-    papers = pq.read_table(layout.table("papers")).to_pylist()
-    assert sorted(p["paper_id"] for p in papers) == sorted(["acl:c98-1097"] + [f"acl:{c.lower()}" for c in CITING])
-    refs = pq.read_table(layout.table("references")).to_pylist()
-    assert sorted(r["citing_id"] for r in refs) == sorted(f"acl:{c.lower()}" for c in CITING)
-    assert {r["cited_id"] for r in refs} == {"acl:c98-1097"} and d["references_resolved"] == 3
-    ments = pq.read_table(layout.table("mentions")).to_pylist()
-    assert len(ments) == 4 and d["citance_section_match_rate"] == 0.75  # P6230: unannotated -> O
-    exp = _expected_sections((folder / RP / "Citance_XML" / "C02-1033.xml").read_bytes(), _annotated(folder / RP, "C02-1033"))
-    got = sorted((m["section_title"], m["section_class"]) for m in ments if m["citing_id"] == "acl:c02-1033")
-    assert got == sorted(exp)
-    assert [m["section_class"] for m in ments if m["citing_id"] == "acl:p6230"] == ["O"]

@@ -1,0 +1,43 @@
+"""The MEDLINE text (.nbib) reader (importance.readers.medline_text)."""
+import re
+
+from importance.readers import parse_file
+from importance.readers.medline_text import parse_mesh
+
+
+def _kinds(recs, kind):
+    return [d for k, d in recs if k == kind]
+
+
+DATA = "tests/data"
+
+
+def _parse(repo_root, fmt, name, source="x"):
+    p = repo_root / DATA / name
+    return list(parse_file(fmt, source, str(p), p.read_bytes()))
+
+
+def test_medline_text(repo_root):
+    text = (repo_root / DATA / "mesh-papers-10.medline.txt").read_text()
+    recs = _parse(repo_root, "medline_text", "mesh-papers-10.medline.txt", "medline")
+    papers = _kinds(recs, "paper")
+    assert [p["paper_id"] for p in papers] == ["pmid:" + x for x in re.findall(r"^PMID- (\d+)", text, re.M)]
+    p = papers[0]
+    assert p["title"] == ("Characterization of the mechanism of drug-drug interactions from PubMed using MeSH terms.")
+    assert p["year"] == 2017 and p["venue"] == "PloS one" and "doi:10.1371/journal.pone.0173548" in p["alt_ids"]
+    assert p["abstract"].startswith("Identifying drug-drug interaction") and p["abstract"].endswith("more accurate.")
+    assert p["authors"][3] == {"family": "Tu", "given": "Yi-Cheng", "orcid": None}
+    # MeSH count and major flags against the raw MH lines of each record.
+    for block, paper in zip(re.split(r"\n\s*\n", text.strip()), papers):
+        mh = re.findall(r"^MH  - (.*)$", block, re.M)
+        assert [m["name"] for m in paper["mesh"]] == [x.split("/")[0].lstrip("*") for x in mh]
+        assert [m["major"] for m in paper["mesh"]] == ["*" in x for x in mh]
+    assert parse_mesh("Prescription Drugs/*pharmacology")["major"] is True
+    huh = next(p for p in papers if p["paper_id"] == "pmid:28028289")
+    assert huh["authors"][0] == {"family": "Huh", "given": "Sun", "orcid": "0000-0002-8559-8640"}
+    group = next(p for p in papers if p["paper_id"] == "pmid:26227021")
+    assert {"family": "Updating Guidelines Working Group", "given": None, "orcid": None} in group["authors"]
+    bad = b"PMID- 1\nTI  - One\n\nTI  - No pmid here\n      continued\nAB  - x\n\nPMID- 3\nTI  - Three\n"
+    recs = list(parse_file("medline_text", "medline", "b.txt", bad))
+    assert [k for k, _ in recs] == ["paper", "reject", "paper"]
+    assert recs[1][1]["reason"] == "MEDLINE record without PMID" and "No pmid here continued" in recs[1][1]["record_id"]

@@ -1,0 +1,64 @@
+"""The MEDLINE/PubMed XML reader (importance.readers.medline_xml)."""
+import gzip
+import re
+
+from lxml import etree
+
+from importance.readers import parse_file
+
+
+def _kinds(recs, kind):
+    return [d for k, d in recs if k == kind]
+
+
+DATA = "tests/data"
+
+
+def _parse(repo_root, fmt, name, source="x"):
+    p = repo_root / DATA / name
+    return list(parse_file(fmt, source, str(p), p.read_bytes()))
+
+
+def test_medline_xml_efetch_file(repo_root):
+    recs = _parse(repo_root, "medline_xml", "pubmed-29768149.xml", "medline")
+    (p,) = _kinds(recs, "paper")
+    assert p["paper_id"] == "pmid:29768149" and "doi:10.1056/nejmoa1715274" in p["alt_ids"]
+    assert p["title"] == "Inhaled Combined Budesonide-Formoterol as Needed in Mild Asthma."
+    assert p["year"] == 2018 and p["venue"] == "The New England journal of medicine"
+    assert p["abstract"].startswith("BACKGROUND: In patients with mild asthma") and "RESULTS: " in p["abstract"]
+    assert p["authors"][0] == {"family": "O'Byrne", "given": "Paul M", "orcid": None}
+    # Independent reading of the raw XML: UI, name, major (descriptor or any qualifier).
+    root = etree.parse(str(repo_root / DATA / "pubmed-29768149.xml")).getroot()
+    expected = []
+    for mh in root.iter("MeshHeading"):
+        d = mh.find("DescriptorName")
+        flags = [d.get("MajorTopicYN")] + [q.get("MajorTopicYN") for q in mh.findall("QualifierName")]
+        expected.append({"ui": d.get("UI"), "name": d.text, "major": "Y" in flags, "tree_numbers": []})
+    assert p["mesh"] == expected and len(expected) == 23
+    assert {m["name"] for m in p["mesh"] if m["major"]} >= {"Asthma", "Budesonide", "Terbutaline"}
+
+
+def test_medline_xml_current_format_and_bad_records(repo_root):
+    recs = _parse(repo_root, "medline_xml", "test_current_medline.xml.gz", "medline")
+    papers = _kinds(recs, "paper")
+    raw = gzip.decompress((repo_root / DATA / "test_current_medline.xml.gz").read_bytes())
+    pmids = re.findall(rb"<MedlineCitation[^>]*>\s*<PMID[^>]*>(\d+)<", raw)
+    assert [p["paper_id"] for p in papers] == ["pmid:" + x.decode() for x in pmids] and len(papers) == 4
+    back = next(p for p in papers if p["paper_id"] == "pmid:2930949")
+    # Back Pain is major only through its qualifier "physiopathology" (MajorTopicYN="Y").
+    assert [m["name"] for m in back["mesh"] if m["major"]] == ["Back Pain"]
+    assert back["year"] == 1985 and back["authors"] == [{"family": "Reuler", "given": "J B", "orcid": None}]
+    # A record without PMID is rejected, the other kept; ORCID and MedlineDate are read.
+    xml = b"""<PubmedArticleSet><PubmedArticle><MedlineCitation><Article><ArticleTitle>No id</ArticleTitle>
+    </Article></MedlineCitation></PubmedArticle><PubmedArticle><MedlineCitation><PMID>5</PMID><Article>
+    <Journal><JournalIssue><PubDate><MedlineDate>1998 Dec-1999 Jan</MedlineDate></PubDate></JournalIssue>
+    <Title>J</Title></Journal><ArticleTitle>T</ArticleTitle><AuthorList><Author><LastName>Doe</LastName>
+    <Initials>J</Initials><Identifier Source="ORCID">https://orcid.org/0000-0001-2345-6789</Identifier>
+    </Author></AuthorList></Article></MedlineCitation></PubmedArticle></PubmedArticleSet>"""
+    recs = list(parse_file("medline_xml", "medline", "m.xml", xml))
+    assert [k for k, _ in recs] == ["reject", "paper"]
+    assert recs[0][1]["reason"] == "MEDLINE record without PMID" and "No id" in recs[0][1]["record_id"]
+    assert recs[1][1]["year"] == 1998
+    assert recs[1][1]["authors"] == [{"family": "Doe", "given": "J", "orcid": "0000-0001-2345-6789"}]
+    trunc = list(parse_file("medline_xml", "medline", "t.xml", raw[: len(raw) * 3 // 4]))
+    assert [k for k, _ in trunc][-1] == "reject" and "truncated XML after" in trunc[-1][1]["reason"]

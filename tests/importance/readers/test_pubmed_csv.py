@@ -1,0 +1,21 @@
+"""The PubMed CSV reader (importance.readers.pubmed_csv)."""
+from importance.readers import parse_file
+
+
+def _kinds(recs, kind):
+    return [d for k, d in recs if k == kind]
+
+
+def test_pubmed_csv(repo_root):
+    path = repo_root / "sample/pubmed/dev-data-small.csv.gz"
+    recs = list(parse_file("pubmed_csv", "pubmed", str(path), path.read_bytes()))
+    papers = _kinds(recs, "paper")
+    assert len(papers) == 200 and not _kinds(recs, "reject")
+    p = papers[0]
+    assert p["paper_id"] == "pmid:31594900" and p["has_fulltext"] is False
+    assert p["mesh"][0] == {"ui": None, "name": "Africa South of the Sahara", "major": False, "tree_numbers": ["Z01.058.290"]}
+    assert "Health Care [N]" in p["fields"]
+    assert [m["tree_numbers"] for m in p["mesh"][1:3]] == [[], ["N04.590.374.350", "N05.300.430"]]
+    bad = b"Title,abstractText,meshMajor,pmid,meshid,meshroot\nT,A,['x'],,[],[]\nT2,A2,[oops,5,[],[]\n"
+    recs = list(parse_file("pubmed_csv", "pubmed", "b.csv", bad))
+    assert sorted(d["reason"].split(":")[0] for _, d in recs) == ["malformed list column", "row without a numeric pmid"]
