@@ -65,10 +65,15 @@ def atomic_dir(dest: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_text_atomic(dest: str | os.PathLike, text: str) -> Path:
+def write_bytes_atomic(dest: str | os.PathLike, data: bytes) -> Path:
     with atomic_file(dest) as tmp:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
     return Path(dest)
+
+
+def write_text_atomic(dest: str | os.PathLike, text: str) -> Path:
+    """`text` as UTF-8, whatever the locale (reports and maps carry titles in any script)."""
+    return write_bytes_atomic(dest, text.encode("utf-8"))
 
 
 def write_json_atomic(dest: str | os.PathLike, obj, indent: int | None = 2, default=None) -> Path:
