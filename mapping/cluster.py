@@ -23,7 +23,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import igraph as ig
 import numpy as np
@@ -32,7 +32,6 @@ import pyarrow as pa
 
 from sciencemap.config import comma_floats, setting
 from sciencemap.contracts import SCHEMAS
-
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_table_atomic
@@ -48,9 +47,10 @@ DEFAULT_RESOLUTIONS = [0.0003, 0.001, 0.003, 0.01, 0.03]
 
 @dataclass
 class ClusterConfig:
-    resolutions: list[float] = setting(help="CPM resolutions, comma-separated on the command line", factory=lambda: list(DEFAULT_RESOLUTIONS), parse=comma_floats)
-    min_cluster_size: int = setting(5, "")
-    seed: int = setting(42, "")
+    resolutions: list[float] = setting(help="CPM resolutions, comma-separated on the command line",
+                                       factory=lambda: list(DEFAULT_RESOLUTIONS), parse=comma_floats)
+    min_cluster_size: int = setting(5, "smaller clusters are merged into their best-linked neighbour")
+    seed: int = setting(42, "seed of Leiden (Python's random, igraph's default RNG)")
     n_iterations: int = setting(-1, "-1 = iterate until the partition is stable")
     beta: float = setting(0.01, "Leiden refinement randomness")
     target_topics: int = setting(0, ">0: add the resolution giving about this many clusters (bisection)")

@@ -9,19 +9,19 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sciencemap.config import setting
+from sciencemap.embeddings import load_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import read_table
+from sciencemap.storage import read_table, write_text_atomic
+
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, accuracy, granularity, publication_vectors
 from mapping.netstats import network_stats
@@ -31,19 +31,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EvaluateConfig:
-    major_weight: float = setting(2.0, "")
-    major_in_vector: bool = setting(True, "")
-    drop_check_tags: bool = setting(True, "")
-    extra_check_tags: list[str] = setting(help="", factory=list)
-    baseline_seed: int = setting(0, "seed of the permuted-labels baseline", flags=("--seed",))
-    path_sample: int = setting(200, "")
-    title: str = setting("sciencemap run report", "")
-
-
-def _atomic_text(dest: Path, text: str) -> None:
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, dest)
+    major_weight: float = setting(2.0, "weight of a MeSH descriptor assignment flagged major (METHODS.md §6)")
+    major_in_vector: bool = setting(True, "also weight major descriptors in the publication vectors")
+    drop_check_tags: bool = setting(True, "leave out check tags (Humans, Animals, Male, Female, age groups, ...)")
+    extra_check_tags: list[str] = setting(help="descriptor names dropped as check tags too (TOML only)", factory=list)
+    baseline_seed: int = setting(0, "seed of the permuted-labels baseline and of the shortest-path sample",
+                                 flags=("--seed",))
+    path_sample: int = setting(200, "source nodes sampled for the average shortest path (0 = skip it)")
+    title: str = setting("sciencemap run report", "heading of report.md")
 
 
 def mesh_evaluation(papers: pd.DataFrame, clusters: pd.DataFrame, cfg: EvaluateConfig) -> dict:
@@ -217,8 +212,6 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     graph = load_graph(layout)
     extra = 0
     if layout.embeddings_dir.exists():
-        from mapping.io import load_embeddings
-
         try:
             ids, _ = load_embeddings(layout)
             extra = int(len(set(ids) - set(graph.ids)))
@@ -239,8 +232,8 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     lines.append("")
     metrics["timings"] = {"mesh_s": round(t_mesh, 3), "network_s": round(t_net, 3),
                           "total_s": round(time.perf_counter() - t0, 3)}
-    _atomic_text(layout.report_md, "\n".join(lines) + "\n")
-    _atomic_text(layout.metrics_json, json.dumps(_clean(metrics), indent=2, default=_json_default, allow_nan=False))
+    write_text_atomic(layout.report_md, "\n".join(lines) + "\n")
+    write_text_atomic(layout.metrics_json, json.dumps(_clean(metrics), indent=2, default=_json_default, allow_nan=False))
     summary = {"evaluated": mesh["evaluated"], "report": str(layout.report_md),
                "accuracy": {str(r["resolution"]): round(r["accuracy"], 4) for r in mesh["resolutions"]},
                **metrics["timings"]}

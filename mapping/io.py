@@ -1,21 +1,14 @@
-"""Reading the inputs the mapping stages share: embedding shards and the papers table.
+"""Reading the inputs the mapping stages share: the papers table and unit-length vectors.
 
-`load_embeddings` reads the embedding shards directly with pyarrow (paper_id + fixed-size list
-vector, float32 or float16), so this package does not import the encoder package (and torch). When
-the embed stage's `manifest.json` is present it must say `complete` and its shards are read;
-without a manifest every `part-*.parquet` is read (hand-made inputs, tests).
+Embeddings are read by the one reader, sciencemap.embeddings.load_embeddings (re-exported here for
+older callers); it reads the shards with pyarrow, so this package does not import torch.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from sciencemap.embeddings import load_embeddings  # noqa: F401  (re-exported)
 from sciencemap.layout import RunLayout
-from sciencemap.embeddings import load_embeddings  # noqa: F401  (the one reader, re-exported)
 from sciencemap.storage import read_table
 
 

@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from sciencemap.config import setting
 from sciencemap.contracts import SCHEMAS
-
+from sciencemap.embeddings import load_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_table_atomic
-from mapping.io import l2_normalise, load_embeddings
+
+from mapping.io import l2_normalise
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class KnnConfig:
     batch_size: int = setting(16_384, "queries per search call (bounds memory of the result arrays)")
     recall_queries: int = setting(1_000, "sample size for recall@k of IVF vs exact")
     seed: int = setting(0, "seed of the IVF training sample and the recall queries")
-    gpu: str = setting("auto", "auto | never")
+    gpu: str = setting("auto", "auto: search on the GPU(s) when FAISS sees one; never: CPU only",
+                       choices=("auto", "never"))
 
 
 def _maybe_gpu(index, cfg: KnnConfig):
