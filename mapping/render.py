@@ -17,11 +17,8 @@ from __future__ import annotations
 import base64
 import io
 import logging
-import os
 import time
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,11 +26,12 @@ import pyarrow as pa
 
 from sciencemap.config import setting
 from sciencemap.contracts import SCHEMAS
-
+from sciencemap.embeddings import load_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import read_table, write_table_atomic
-from mapping.io import l2_normalise, load_embeddings, load_papers
+from sciencemap.storage import read_table, write_bytes_atomic, write_table_atomic, write_text_atomic
+
+from mapping.io import l2_normalise, load_papers
 from mapping.layout import paper_positions, topic_layout
 from mapping.topics import example_titles, topic_overlays, topic_vectors
 
@@ -46,21 +44,22 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 @dataclass
 class RenderConfig:
-    map_resolution: float = setting(0.0, "0 = the middle one of the resolutions in `clusters`")
-    width: int = setting(1200, "map.png size in pixels, legend included")
-    height: int = setting(900, "")
-    legend_width: int = setting(220, "")
+    map_resolution: float = setting(0.0, "CPM resolution drawn on the map; 0 = the middle one of the resolutions "
+                                         "in `clusters`")
+    width: int = setting(1200, "map.png width in pixels, legend included")
+    height: int = setting(900, "map.png height in pixels")
+    legend_width: int = setting(220, "width of the legend strip on the right of map.png, in pixels")
     layout_method: str = setting("umap", "2-D layout of the topics", choices=("umap", "pca"), flags=("--layout",))
-    n_neighbors: int = setting(15, "")
-    min_dist: float = setting(0.1, "")
-    seed: int = setting(42, "")
+    n_neighbors: int = setting(15, "UMAP neighbours (capped at topics - 1)")
+    min_dist: float = setting(0.1, "UMAP minimum distance between laid-out topics")
+    seed: int = setting(42, "seed of the UMAP layout and of the papers' jitter")
     jitter: float = setting(0.5, "paper disc radius, in units of the median nearest-topic distance")
-    label_words: int = setting(3, "")
-    examples: int = setting(3, "")
+    label_words: int = setting(3, "distinctive title words in a topic's label (class-based TF-IDF)")
+    examples: int = setting(3, "titles closest to each topic's mean vector, in the HTML map's hover")
     labels_on_map: int = setting(40, "largest topics get a text label on the HTML map")
-    title: str = setting("Map of science", "")
-    html_width: int = setting(1000, "")
-    html_height: int = setting(750, "")
+    title: str = setting("Map of science", "title of the legend in map.png and of the HTML map")
+    html_width: int = setting(1000, "width of the HTML map's plot and topic table, in pixels")
+    html_height: int = setting(750, "height of the HTML map's plot, in pixels")
 
 
 # Cited papers known only from a reference list (no record of their own) are drawn in grey, so
@@ -218,12 +217,6 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     return file_html(column(select, p, table), resources=INLINE, title=cfg.title)
 
 
-def _write_bytes_atomic(dest: Path, data: bytes) -> None:
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
-
-
 def choose_resolution(available: list[float], wanted: float) -> float:
     available = sorted(available)
     if not available:
@@ -319,7 +312,7 @@ def render_files(layout: RunLayout, pxy: np.ndarray, sources: np.ndarray, map_to
     png = compose_png(img, counts, colors, cfg.width, cfg.height, cfg.legend_width, cfg.title)
     buf = io.BytesIO()
     png.save(buf, format="PNG")
-    _write_bytes_atomic(layout.map_png, buf.getvalue())
+    write_bytes_atomic(layout.map_png, buf.getvalue())
     # The HTML background is the bare datashader image on white (its extent = the plot ranges).
     from PIL import Image
 
@@ -328,6 +321,6 @@ def render_files(layout: RunLayout, pxy: np.ndarray, sources: np.ndarray, map_to
     b2 = io.BytesIO()
     bg.save(b2, format="PNG")
     html = build_html(map_topics, examples, b2.getvalue(), xr, yr, cfg)
-    _write_bytes_atomic(layout.map_html, html.encode("utf-8"))
+    write_text_atomic(layout.map_html, html)
     return {"png": str(layout.map_png), "html": str(layout.map_html), "html_bytes": len(html),
             "sources": {k: int(v) for k, v in counts.items()}}
