@@ -30,6 +30,7 @@ from sciencemap.embeddings import load_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_bytes_atomic, write_table_atomic, write_text_atomic
+from sciencemap.text import text_column
 
 from mapping.io import l2_normalise, load_papers
 from mapping.layout import paper_positions, topic_layout
@@ -253,6 +254,8 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     missing_meta = int(meta["source"].isna().sum())
     meta["source"] = meta["source"].fillna("unknown")
     meta = meta.reset_index()
+    # Titles are read once, as text: None, NaN and the rows of papers without metadata become "".
+    meta["title"] = text_column(meta, "title")
 
     t1 = time.perf_counter()
     labels_map = base["cluster"].to_numpy(np.int64)

@@ -21,6 +21,8 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 
+from sciencemap.text import clean_text, clean_texts
+
 TITLE_STOP_WORDS = sorted(ENGLISH_STOP_WORDS | {
     "study", "studies", "analysis", "using", "based", "effect", "effects", "role", "new", "via",
     "use", "novel", "approach", "results", "method", "methods", "data", "model", "models",
@@ -45,7 +47,7 @@ def topic_labels(titles: list[str | None], labels: np.ndarray, n_words: int = 3)
     """Top distinctive title words per topic (class-based TF-IDF), joined by ', '."""
     labels = np.asarray(labels, np.int64)
     n_topics = int(labels.max()) + 1
-    docs = [t if isinstance(t, str) else "" for t in titles]
+    docs = clean_texts(titles)  # a missing title (None, NaN, pd.NA) is a title without words
     cv = CountVectorizer(stop_words=TITLE_STOP_WORDS, binary=True, lowercase=True,
                          token_pattern=r"(?u)\b[^\W\d_][^\W\d_]{2,}\b")
     try:
@@ -99,13 +101,24 @@ def div_star(counts: np.ndarray, disparity: np.ndarray) -> float:
     return float(n_c * (1 - _gini(np.asarray(counts)[present])) * (d.sum() - np.trace(d)))
 
 
+def _field_list(fl) -> list[str]:
+    """A paper's `fields` cell as clean names: a list or array of names (a lone string is one
+    name); None, and the NaN a reindex puts in for a paper without metadata, are no field."""
+    if isinstance(fl, (str, bytes)):
+        return [clean_text(fl)] if clean_text(fl) else []
+    if not hasattr(fl, "__iter__"):
+        return []
+    return [c for c in clean_texts(fl) if c]
+
+
 def field_matrix(fields: list) -> tuple[sp.csr_matrix, list[str]]:
     """Paper × category 0/1 matrix from the `fields` lists."""
-    cats = sorted({f for fl in fields if fl is not None for f in fl if f})
+    fields = [_field_list(fl) for fl in fields]
+    cats = sorted({f for fl in fields for f in fl})
     col = {c: i for i, c in enumerate(cats)}
     rows, cols = [], []
     for r, fl in enumerate(fields):
-        for c in set(f for f in (fl if fl is not None else ()) if f):
+        for c in set(fl):
             rows.append(r)
             cols.append(col[c])
     F = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(fields), len(cats)))
@@ -151,7 +164,8 @@ def example_titles(titles: list, X: np.ndarray, labels: np.ndarray, topic_vecs: 
     labels = np.asarray(labels, np.int64)
     tv = topic_vecs / np.maximum(np.linalg.norm(topic_vecs, axis=1, keepdims=True), 1e-12)
     score = np.einsum("ij,ij->i", X, tv[labels])
-    has_title = np.array([isinstance(t, str) and bool(t.strip()) for t in titles])
+    titles = clean_texts(titles)
+    has_title = np.array([bool(t) for t in titles], dtype=bool)
     order = np.lexsort((-score, ~has_title, labels))  # by topic, titled first, most central first
     out: list[list[str]] = [[] for _ in range(len(tv))]
     for i in order:
