@@ -12,31 +12,34 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 RESOLUTIONS = [0.001, 0.01]
 
 
-def _slice_of_sample(dest: Path) -> Path:
+def _slice_of_sample(sample: Path, dest: Path) -> Path:
     """30 eLife articles, 40 ScisummNet papers (sorted ids: linked ones share prefixes), PubMed dev CSV."""
     for sub in ("elife", "scisummnet", "pubmed"):
         (dest / sub).mkdir(parents=True)
-    for f in sorted((REPO / "sample/elife").glob("*.xml.gz"))[:30]:
+    for f in sorted((sample / "elife").glob("*.xml.gz"))[:30]:
         shutil.copy(f, dest / "elife" / f.name)
-    for d in sorted((REPO / "sample/scisummnet").iterdir())[:40]:
+    for d in sorted((sample / "scisummnet").iterdir())[:40]:
         shutil.copytree(d, dest / "scisummnet" / d.name)
-    shutil.copy(REPO / "sample/pubmed/dev-data-small.csv.gz", dest / "pubmed")
+    shutil.copy(sample / "pubmed/dev-data-small.csv.gz", dest / "pubmed")
     return dest
 
 
-def _run(args, env=None, timeout=900):
-    return subprocess.run([PY, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+@pytest.fixture(scope="module")
+def run_job(repo_root):
+    """Run a job script the way a user does: `python jobs/<name>.py ...` from the checkout."""
+    def run(args, env=None, timeout=900):
+        return subprocess.run([PY, *args], cwd=repo_root, capture_output=True, text=True, timeout=timeout, env=env)
+    return run
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
+def finished_run(tmp_path_factory, sample_dir, run_job):
     base = tmp_path_factory.mktemp("e2e")
-    data = _slice_of_sample(base / "data")
+    data = _slice_of_sample(sample_dir, base / "data")
     config = base / "small.toml"
     config.write_text(f"""
 [ingest]
@@ -62,7 +65,7 @@ height = 450
 legend_width = 180
 """)
     run = base / "run"
-    p = _run(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
+    p = run_job(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return run, config, p.stdout
 
@@ -96,10 +99,10 @@ def test_counts_add_up_and_the_report_states_them(finished_run):
     assert "| elife | 30 |" in report and "| pubmed | 200 |" in report
 
 
-def test_a_second_start_skips_finished_stages(finished_run):
+def test_a_second_start_skips_finished_stages(finished_run, run_job):
     run, config, _ = finished_run
     before = (run / "map.png").stat().st_mtime_ns
-    p = _run(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
+    p = run_job(["jobs/pipeline.py", "--config", str(config), "--run", str(run)])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("skipped") == 8
     assert (run / "map.png").stat().st_mtime_ns == before
@@ -113,32 +116,26 @@ def _one_sentence_error(p):
     return lines[0]
 
 
-def test_wrong_input_path_is_one_sentence(tmp_path):
-    p = _run(["jobs/ingest.py", "--run", str(tmp_path / "r"), "--input", "/no/such/folder:jats:elife"])
+def test_wrong_input_path_is_one_sentence(tmp_path, run_job):
+    p = run_job(["jobs/ingest.py", "--run", str(tmp_path / "r"), "--input", "/no/such/folder:jats:elife"])
     assert "/no/such/folder" in _one_sentence_error(p)
 
 
-def test_missing_config_file_is_one_sentence(tmp_path):
-    p = _run(["jobs/pipeline.py", "--run", str(tmp_path / "r"), "--config", str(tmp_path / "nope.toml")])
+def test_missing_config_file_is_one_sentence(tmp_path, run_job):
+    p = run_job(["jobs/pipeline.py", "--run", str(tmp_path / "r"), "--config", str(tmp_path / "nope.toml")])
     assert "nope.toml" in _one_sentence_error(p)
 
 
-def test_missing_java_is_one_sentence(tmp_path):
+def test_missing_java_is_one_sentence(tmp_path, run_job):
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(tmp_path)          # no java anywhere on it
-    p = _run(["jobs/ingest.py", "--run", str(tmp_path / "r")], env=env)
+    p = run_job(["jobs/ingest.py", "--run", str(tmp_path / "r")], env=env)
     assert "Java 17" in _one_sentence_error(p)
 
 
-def test_the_real_map_opens_in_chromium_without_errors(finished_run):
-    sys.path.insert(0, str(REPO / "tests" / "mapping"))
-    import chromium_cdp
-    from test_html_browser import TABLE_RENDERED
-
-    if not os.path.exists(chromium_cdp.CHROMIUM):
-        pytest.skip("headless Chromium not installed; apt-get install chromium to run the browser tests")
+def test_the_real_map_opens_in_chromium_without_errors(browser, finished_run):
     run, _, _ = finished_run
-    r = chromium_cdp.open_page(run / "map.html", wait_js=TABLE_RENDERED, timeout=60)
+    r = browser.open_page(run / "map.html", wait_js=browser.TABLE_RENDERED, timeout=60)
     assert r["ready"], "BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
     topics = pq.read_table(run / "topics").to_pandas()
