@@ -26,10 +26,8 @@ popularity uses default_rng([seed, -1]); the output does not depend on anything 
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,12 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from importance.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
 from sciencemap.config import setting
 from sciencemap.contracts import SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import replace_dir
+from sciencemap.storage import replace_dir, temporary_sibling, write_json_atomic
+
+from importance.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
 
 REFS_LOGNORMAL = (4.054, 0.423)
 MENTIONS_PMF = [0.6721, 0.1807, 0.0663, 0.0301, 0.0161, 0.0112, 0.0067, 0.0042, 0.0029, 0.0022, 0.0016, 0.0013]
@@ -60,13 +59,14 @@ CLASS_ORDER = ("I", "R", "D", "M", "O")
 @dataclass
 class GenerateConfig:
     mentions: int = setting(100_000, "target number of mention rows (the result is within a few %)")
-    seed: int = setting(0, "")
-    pool_factor: int = setting(10, "cited-paper pool = pool_factor x citing papers")
+    seed: int = setting(0, "seed of every random draw (same seed and settings: same tables)")
+    pool_factor: int = setting(10, "cited-paper pool = pool_factor x citing papers (the first of them are the corpus, "
+                                   "so about 1/pool_factor of the references resolve)")
     popularity_sigma: float = setting(1.5, "lognormal sigma of popularity weights (heavy tail)")
-    self_citation_share: float = setting(0.15, "")
-    papers_per_lab: int = setting(20, "")
+    self_citation_share: float = setting(0.15, "share of references drawn from the citing paper's own lab")
+    papers_per_lab: int = setting(20, "pool papers per lab (a lab's papers share its head as first author)")
     chunk_papers: int = setting(2000, "citing papers per written file")
-    source: str = setting("synthetic", "")
+    source: str = setting("synthetic", "value of the papers' `source` column")
 
 
 def _mentions_pmf() -> np.ndarray:
@@ -133,7 +133,7 @@ def _with_keys(authors: pa.Array) -> dict:
 
 class _Writer:
     def __init__(self, root: Path, name: str):
-        self.dir = root / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
+        self.dir = temporary_sibling(root / name)
         self.dir.mkdir(parents=True)
         self.name, self.schema, self.n, self.rows = name, SCHEMAS[name], 0, 0
 
@@ -236,7 +236,7 @@ def run_generate(cfg: GenerateConfig, layout: RunLayout) -> dict:
     summary = {"config": asdict(cfg), "citing_papers": N, "pool": U, "papers": n_p, "references": n_r,
                "mentions": n_m, "own_lab_references": n_self, "resolved_references_expected": f"~1/{cfg.pool_factor}",
                "seconds": round(time.time() - t0, 2)}
-    (root / "generate_summary.json").write_text(json.dumps(summary, indent=1))
+    write_json_atomic(root / "generate_summary.json", summary, indent=1)
     return summary
 
 

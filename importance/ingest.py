@@ -11,17 +11,17 @@ Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the o
 """
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
 from sciencemap.config import setting
 from sciencemap.contracts import SCHEMAS
-
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
+from sciencemap.storage import write_json_atomic
+
 from importance.spark import arrow_to_spark_type, get_spark, to_spark_schema, write_spark_table
 
 # Relative input paths are read from the working directory (make demo runs from the checkout).
@@ -52,7 +52,7 @@ class IngestConfig:
     inputs: list[dict] = setting(help="PATH:FORMAT:SOURCE, repeatable; replaces the configured inputs",
                                  factory=lambda: [dict(x) for x in DEFAULT_INPUTS], parse=parse_input, append=True,
                                  flags=("--input",))
-    shuffle_partitions: int = setting(8, "")
+    shuffle_partitions: int = setting(8, "Spark shuffle partitions (spark.sql.shuffle.partitions)")
     output_partitions: int = setting(2, "files per written table (small corpora: few files)")
 
 
@@ -351,7 +351,5 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
     summary = {"per_source": per_source, "check_input_equals_papers_plus_rejects": not bad,
                "seconds": round(time.time() - t0, 2), "config": asdict(cfg)}
-    tmp = layout.ingest_summary.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(layout.ingest_summary)
+    write_json_atomic(layout.ingest_summary, summary)
     return summary

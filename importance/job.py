@@ -4,40 +4,44 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
 from sciencemap.config import setting
+from sciencemap.contracts import SCHEMAS, TRIPLETS_META_KEY
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.contracts import TRIPLETS_META_KEY
-from sciencemap.storage import read_json_metadata, replace_dir
-from importance.spark import get_spark, write_spark_table
+from sciencemap.storage import (atomic_dir, atomic_file, read_json_metadata, require_table, temporary_sibling,
+                                write_json_atomic, write_table_atomic)
 
+from importance.entropy import WEIGHT_METHODS
+from importance.spark import get_spark, write_parquet, write_spark_table
 
 
 @dataclass
 class ImportanceConfig:
     feature_set: str = setting("default", "default (I,R,D,S) | all | no_I | no_M | no_R | no_D | no_S | 'I,R,D,S'")
-    weight_method: str = setting("entropy", "entropy | uniform")
+    weight_method: str = setting("entropy", "feature weights: entropy weight method (METHODS.md §2) or all equal",
+                                 choices=WEIGHT_METHODS)
     scaled_score: bool = setting(False, "score with min–max scaled features instead of raw counts")
-    K: int = setting(5, "")
-    H: int = setting(2, "H = 0: SPECTER-style baseline (all citations equal)")
+    K: int = setting(5, "triplets per anchor (Algorithm 1 steps, METHODS.md §3)")
+    H: int = setting(2, "of the K steps, how many take a hard negative (a least important reference); "
+                        "0 = SPECTER-style baseline (all citations equal)")
     margin: float = setting(1.0, "carried in the triplets' metadata for the trainer")
-    seed: int = setting(0, "")
-    val_fraction: float = setting(0.2, "")
-    anchor_fraction: float = setting(1.0, "")
-    shuffle_partitions: int = setting(8, "")
+    seed: int = setting(0, "seed of the tie-break hash, anchor sample, easy negatives and train/val split")
+    val_fraction: float = setting(0.2, "share of anchors whose triplets form the validation split")
+    anchor_fraction: float = setting(1.0, "share of citing papers sampled as anchors (by hash); 1 = all")
+    shuffle_partitions: int = setting(8, "Spark shuffle partitions (spark.sql.shuffle.partitions)")
     output_partitions: int = setting(0, "files per written table; 0 = one per ~2M rows (at most shuffle_partitions)")
 
 
+def _require_ingested(layout: RunLayout, name: str) -> Path:
+    return require_table(layout.table(name), f"run jobs/ingest.py --run {layout.root} first")
+
+
 def _read(spark, layout: RunLayout, name: str):
-    p = layout.table(name)
-    if not p.exists():
-        raise UserError(f"table {p} does not exist; run jobs/ingest.py --run {layout.root} first")
-    return spark.read.parquet(str(p))
+    return spark.read.parquet(str(_require_ingested(layout, name)))
 
 
 def stamp_parquet_metadata(path: str, key: bytes, value: bytes) -> str:
@@ -49,11 +53,9 @@ def stamp_parquet_metadata(path: str, key: bytes, value: bytes) -> str:
     f = pq.ParquetFile(part)
     md = dict(f.schema_arrow.metadata or {})
     md[key] = value
-    out = part.with_name(part.name + ".meta")
-    with pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
+    with atomic_file(part) as out, pq.ParquetWriter(out, f.schema_arrow.with_metadata(md)) as w:
         for i in range(f.num_row_groups):
             w.write_table(f.read_row_group(i))
-    out.replace(part)
     part.with_name(f".{part.name}.crc").unlink(missing_ok=True)
     return path
 
@@ -63,16 +65,15 @@ def write_triplets(df, dest: Path, meta: dict, partitions: int | None = None) ->
     Parquet key-value metadata BY THE EXECUTORS, one task per file (the driver never holds triplet
     rows: doing it here made the driver's memory grow with the corpus). Needs the run directory
     on a file system that the executors share with the driver, as every stage does."""
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    # repartition, not coalesce: the per-anchor sampling before it keeps all cores. Row groups of
-    # 16 MB (not Spark's 128 MB): the re-write holds one row group at a time.
-    write_spark_table(df, tmp, "triplets", partitions=partitions, shuffle=True,
+    with atomic_dir(dest) as tmp:
+        # repartition, not coalesce: the per-anchor sampling before it keeps all cores. Row groups
+        # of 16 MB (not Spark's 128 MB): the re-write holds one row group at a time.
+        write_parquet(df, tmp, "triplets", partitions=partitions, shuffle=True,
                       options={"parquet.block.size": str(16 << 20)})
-    parts = [str(p) for p in sorted(tmp.glob("*.parquet"))]
-    value = json.dumps(meta).encode()
-    df.sparkSession.sparkContext.parallelize(parts, max(1, len(parts))).foreach(
-        partial(stamp_parquet_metadata, key=TRIPLETS_META_KEY, value=value))
-    replace_dir(tmp, dest)
+        parts = [str(p) for p in sorted(tmp.glob("*.parquet"))]
+        value = json.dumps(meta).encode()
+        df.sparkSession.sparkContext.parallelize(parts, max(1, len(parts))).foreach(
+            partial(stamp_parquet_metadata, key=TRIPLETS_META_KEY, value=value))
     return dest
 
 
@@ -93,21 +94,18 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     3. write the scored pairs; 4. triplets computed once, written, counted from the written table."""
     from pyspark.sql import functions as F
 
+    import pyarrow as pa
+
     from importance.entropy import COLUMN, combine_stats, feature_set, format_table3, score, stats_aggs, weights_from_stats
     from importance.features import build_pairs
-    from sciencemap.storage import write_table_atomic
-    from sciencemap.contracts import SCHEMAS
     from importance.triplets import TripletConfig, has_title, sample_triplets
-
-    import pyarrow as pa
 
     t0 = time.time()
     feats = feature_set(cfg.feature_set)
     if cfg.K < 1 or not (0 <= cfg.H <= cfg.K):
         raise UserError(f"need K >= 1 and 0 <= H <= K (got K={cfg.K}, H={cfg.H})")
     for name in ("papers", "references", "mentions"):
-        if not layout.table(name).exists():
-            raise UserError(f"table {layout.table(name)} does not exist; run jobs/ingest.py --run {layout.root} first")
+        _require_ingested(layout, name)
     spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
     papers, refs, ments = (_read(spark, layout, n) for n in ("papers", "references", "mentions"))
@@ -115,7 +113,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     # Materialise the unscored pairs once as Parquet next to the outputs (faster than persist() of
     # a wide row set, and it frees executor memory): the summary aggregation, the scored pairs and
     # the triplets all read it.
-    base_dir = layout.root / f".pairs_base-{uuid.uuid4().hex[:8]}"
+    base_dir = temporary_sibling(layout.root / "pairs_base")
     sources = sorted(r[0] for r in papers.where("has_fulltext").select("source").distinct().collect() if r[0])
     build_pairs(papers, refs, ments, seed=cfg.seed, keep_summary_cols=True, sources=sources).write.parquet(str(base_dir))
     base = spark.read.parquet(str(base_dir))
@@ -178,7 +176,5 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
         "seconds": round(time.time() - t0, 2), "config": asdict(cfg),
     }
     shutil.rmtree(base_dir, ignore_errors=True)
-    tmp = layout.importance_summary.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(layout.importance_summary)
+    write_json_atomic(layout.importance_summary, summary)
     return summary

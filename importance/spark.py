@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from sciencemap.contracts import SCHEMAS
 from sciencemap.runtime import UserError
+from sciencemap.storage import atomic_dir
 
 JAVA_MISSING = ("Java 17 is required for the Spark stages but was not found; install it "
                 "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME.")
@@ -138,28 +139,28 @@ def to_spark_schema(arrow_schema: pa.Schema | str):
     return T.StructType([T.StructField(f.name, arrow_to_spark_type(f.type), True) for f in arrow_schema])
 
 
-def write_spark_table(df, dest, name: str | None = None, partitions: int | None = None, shuffle: bool = False,
-                      options: dict | None = None):
-    """Write a DataFrame as a Parquet directory atomically (temp dir, then rename into place).
+def write_parquet(df, path, name: str | None = None, partitions: int | None = None, shuffle: bool = False,
+                  options: dict | None = None) -> Path:
+    """Write a DataFrame as the Parquet directory `path` (overwritten in place; see write_spark_table).
 
     With `name`, columns are selected and cast to the contract schema first. `partitions` sets the
     number of files: by coalesce (no shuffle, but the last stage then runs in that many tasks), or
     with shuffle=True by repartition (for a small output of an expensive last stage). `options` go
     to the Parquet writer (e.g. parquet.block.size, the row group size)."""
-    import uuid
-
     from pyspark.sql import functions as F
 
-    from sciencemap.storage import replace_dir
-
-    dest = Path(dest)
     if name is not None:
         schema = to_spark_schema(name)
         df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
     if partitions:
         df = df.repartition(partitions) if shuffle else df.coalesce(partitions)
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    df.write.mode("overwrite").options(**(options or {})).parquet(str(tmp))
-    replace_dir(tmp, dest)
-    return dest
+    df.write.mode("overwrite").options(**(options or {})).parquet(str(path))
+    return Path(path)
+
+
+def write_spark_table(df, dest, name: str | None = None, partitions: int | None = None, shuffle: bool = False,
+                      options: dict | None = None) -> Path:
+    """write_parquet into a temporary directory that replaces `dest` when complete (atomic)."""
+    with atomic_dir(dest) as tmp:
+        write_parquet(df, tmp, name, partitions=partitions, shuffle=shuffle, options=options)
+    return Path(dest)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
 from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
 
 
