@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import io
 import re
 import unicodedata
 import zlib
@@ -22,11 +23,25 @@ class BadRecord(Exception):
     """A whole input record (file or row) cannot be used; the message becomes the reject reason."""
 
 
+def _is_gzip(name: str, data: bytes) -> bool:
+    return name.endswith(".gz") or data[:2] == b"\x1f\x8b"
+
+
+def open_stream(name: str, data: bytes) -> io.BufferedIOBase:
+    """`data` as a binary stream, gunzipped while it is read (no second full copy in memory) when
+    it is a `.gz` file; empty input raises BadRecord. A truncated archive raises EOFError/OSError
+    from the read, which the reader turns into a reject that says how far it got."""
+    if data is None or len(data) == 0:
+        raise BadRecord("empty file")
+    stream = io.BytesIO(data)
+    return gzip.GzipFile(fileobj=stream) if _is_gzip(name, data) else stream
+
+
 def decompress(name: str, data: bytes) -> bytes:
     """Gunzip `.gz` files (truncated archives raise BadRecord); empty input raises BadRecord."""
     if data is None or len(data) == 0:
         raise BadRecord("empty file")
-    if name.endswith(".gz") or data[:2] == b"\x1f\x8b":
+    if _is_gzip(name, data):
         try:
             data = gzip.decompress(data)
         except (EOFError, OSError, zlib.error) as e:

@@ -14,12 +14,10 @@ MEDLINE has no in-text citations, so it gives no mentions.
 """
 from __future__ import annotations
 
-import gzip
-import io
-
 from lxml import etree
 
-from importance.readers.common import PAPER, BadRecord, author, clean_ws, norm_doi, norm_title, parse_year, reject
+from importance.readers.common import (PAPER, BadRecord, author, clean_ws, norm_doi, norm_title, open_stream,
+                                       parse_year, reject)
 
 RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
 
@@ -28,18 +26,11 @@ def _text(el) -> str | None:
     return clean_ws("".join(el.itertext())) if el is not None else None
 
 
-def _stream(path: str, data: bytes):
-    if data is None or len(data) == 0 or not data.strip():
-        raise BadRecord("empty file")
-    stream = io.BytesIO(data)
-    if path.endswith(".gz") or data[:2] == b"\x1f\x8b":
-        stream = gzip.GzipFile(fileobj=stream)
-    return stream
-
-
 def parse(path: str, data: bytes, source: str):
     """Generator over the file's records (papers and record rejects)."""
-    stream = _stream(path, data)
+    if not data or not data.strip():
+        raise BadRecord("empty file")
+    stream = open_stream(path, data)
     ctx = etree.iterparse(stream, events=("end",), tag=RECORD_TAGS, resolve_entities=False,
                           no_network=True, load_dtd=False, huge_tree=True)
     n = 0

@@ -20,13 +20,11 @@ quoted title (“...”) is taken when present, otherwise the raw entry text sta
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import re
 
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
-                                       norm_title, parse_year, reject)
+                                       norm_title, open_stream, parse_year, reject)
 from importance.sections import class_from_heading, classify_section
 
 _ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
@@ -48,11 +46,7 @@ def norm_arxiv(text: str | None) -> str | None:
 
 def _lines(path: str, data: bytes):
     """(line number, bytes) of a JSONL file, gunzipping as a stream (no second full copy in memory)."""
-    if data is None or len(data) == 0:
-        raise BadRecord("empty file")
-    stream = io.BytesIO(data)
-    if path.endswith(".gz") or data[:2] == b"\x1f\x8b":
-        stream = gzip.GzipFile(fileobj=stream)
+    stream = open_stream(path, data)
     n = 0
     try:
         for line in stream:
