@@ -16,11 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, inference_forward,
-                            load_embeddings, plan_input, run_embed, token_budget_batches)
-from encoders.model import load_encoder, paper_text, resolve_model
+                            plan_input, prepare_shard, run_embed, token_budget_batches)
+from encoders.model import load_encoder, resolve_model
 from sciencemap.contracts import SCHEMAS
+from sciencemap.embeddings import load_embeddings as read_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
+from sciencemap.text import paper_text
 
 REPO = Path(__file__).resolve().parents[2]
 PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"
@@ -86,6 +88,12 @@ class Crash(Exception):
     pass
 
 
+def load_embeddings(where) -> tuple[list[str], np.ndarray]:
+    """The core reader, ids as a list (it returns an object array) so they compare with ==."""
+    ids, vectors = read_embeddings(where)
+    return list(ids), vectors
+
+
 def test_token_budget_batches():
     lengths = [5, 30, 7, 30, 12, 1]
     batches = token_budget_batches(lengths, batch_size=3, max_tokens=64)
@@ -104,6 +112,25 @@ def test_plan_finds_cross_file_duplicates(make_run, records):
     assert plan.dup_rows.tolist() == [13]
     t = plan.read_rows(5, 10, ["paper_id"])
     assert t["paper_id"].to_pylist() == [r["paper_id"] for r in papers(records)[5:10]]
+
+
+def test_missing_text_never_crashes_a_shard(tmp_path, enc):
+    """Titles and abstracts as other libraries write them: nulls, blanks and a float column of NaN
+    (an all-missing abstract column). Rows with no text are skipped with a reason; a missing side
+    is left out of the text, never read as "nan" or "None"."""
+    d = tmp_path / "papers"
+    d.mkdir()
+    pq.write_table(pa.table({
+        "paper_id": ["a", "b", "c", "d", "e"],
+        "title": [None, "", "  ", "Dopamine and reward", "Sleep spindles"],
+        "abstract": pa.array([float("nan"), None, float("nan"), float("nan"), None], pa.float64()),
+    }), d / "part-0.parquet")
+    plan = plan_input(d)
+    work = prepare_shard(plan, enc, 0, shard_size=10)
+    assert work.ids == ["d", "e"]
+    assert [(s["paper_id"], s["reason"]) for s in work.skipped] == [
+        ("a", "no title and no abstract"), ("b", "no title and no abstract"), ("c", "no title and no abstract")]
+    assert work.token_ids == enc.token_ids(["Dopamine and reward", "Sleep spindles"])
 
 
 def test_embed_twice_identical_input_order_and_skips(make_run, records, enc):
