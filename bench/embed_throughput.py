@@ -6,9 +6,9 @@ Texts: real PubMed records from sample/pubmed/*.csv.gz as "title [SEP] abstract"
 with titles alone (title-only cited papers are part of every real corpus) up to --n. Model: the
 shipped MiniLM, max_length 128 for both. Each round times the reference
 `SentenceTransformer(model_dir).encode(texts, batch_size=...)` and this system's embedding path
-(encoders.embed.embed_texts: one tokenizer call, token-length-sorted token-budget batches,
+(encoders.embed.forward.embed_texts: one tokenizer call, token-length-sorted token-budget batches,
 inference_mode) in float32 and in bf16 compute where the CPU has native bf16, each eager and
-through torch.compile (encoders.embed.CompiledForward, what an embedding job with >= 5M tokens
+through torch.compile (encoders.embed.forward.CompiledForward, what an embedding job with >= 5M tokens
 to embed uses on a CPU). The best round of each counts (rounds interleave, so machine load hits all).
 Prints docs/s, the ratio to the reference, the compile warm-up (cold inductor cache) and after
 how many documents it pays for itself, and the vector differences.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,14 +31,13 @@ from pathlib import Path
 # A fresh inductor cache, set before torch loads: the compile warm-up printed is a first run's.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="sciencemap-bench-inductor-")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from encoders.embed import CompiledForward, embed_texts, embed_token_ids  # noqa: E402
-from encoders.model import Encoder, load_encoder, paper_text, resolve_model, resolve_precision  # noqa: E402
+from encoders.embed.forward import CompiledForward, embed_texts, embed_token_ids  # noqa: E402
+from encoders.model import Encoder, load_encoder, resolve_model, resolve_precision  # noqa: E402
+from sciencemap.text import paper_text  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0,
