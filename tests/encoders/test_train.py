@@ -14,13 +14,14 @@ import pyarrow as pa
 import pytest
 import torch
 
+from encoders.config import TrainConfig
 from encoders.embed import EmbedConfig, run_embed
-from encoders.losses import TripletLoss
 from encoders.model import load_encoder, paper_text
-from sciencemap.contracts import TRIPLETS_META_KEY
-from encoders.train import (CHECKPOINTS, CURVE_PNG, TrainConfig, read_log,
-                            retrieval_metrics, run_train, shard_order, triplet_vectors)
-from sciencemap.contracts import SCHEMAS
+from encoders.objectives.base import TripletBatch
+from encoders.objectives.triplet import TripletObjective
+from encoders.objectives.validation import retrieval_metrics
+from encoders.train import read_log, run_train, shard_order
+from sciencemap.contracts import MODEL_CARD, SCHEMAS, TRIPLETS_META_KEY
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_table_atomic
@@ -93,12 +94,13 @@ def test_triplet_loss_decreases_on_fixed_batch(records):
     a = [paper_text(x["title"], x["abstract"]) for x in records[:4]]
     p = [paper_text(x["title"], x["abstract"]) for x in records[4:8]]
     n = [x["title"] for x in records[:4]]  # near-copies of the anchors: large untrained loss
-    loss_fn = TripletLoss(margin=1.0)
+    objective = TripletObjective(TrainConfig(margin=1.0))
+    batch = TripletBatch(["a"] * 4, ["p"] * 4, ["n"] * 4, a, p, n)
 
     def eval_loss():
         enc.model.eval()
         with torch.inference_mode():
-            return float(loss_fn(*triplet_vectors(enc, a, p, n)))
+            return float(objective.batch_loss(enc, batch))
 
     before = eval_loss()
     assert before > 0
@@ -106,7 +108,7 @@ def test_triplet_loss_decreases_on_fixed_batch(records):
     enc.model.train()
     for _ in range(4):
         opt.zero_grad()
-        loss_fn(*triplet_vectors(enc, a, p, n)).backward()
+        objective.batch_loss(enc, batch).backward()
         opt.step()
     assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in enc.model.parameters())
     after = eval_loss()
@@ -138,7 +140,7 @@ def test_retrieval_metrics_filtered_ranking():
     vec = torch.tensor([[0.0], [3.0], [1.0], [2.0], [9.0]])
     index = {k: i for i, k in enumerate(ids)}
     data = {"ai": ["a0", "a0", "a0"], "pi": ["p0", "p1", "p0"], "ni": ["n0", "n1", "n1"]}
-    m = retrieval_metrics(vec, index, data, normalize=False)
+    m = retrieval_metrics(vec, index, data, TripletObjective(TrainConfig(margin=1.0)).score_matrix)
     assert m["pairs"] == 2 and m["candidates"] == 4
     assert m["mrr"] == pytest.approx((1 / 2 + 1) / 2)  # p0 rank 2 (n0 is nearer), p1 rank 1
     assert m["recall@1"] == pytest.approx(0.5) and m["recall@5"] == 1.0
@@ -164,8 +166,9 @@ def test_run_train_saves_a_model_that_reloads(tmp_path, records):
     lrs = [r["lr"] for r in train]  # 3 steps: no warm-up step, then linear decay
     assert lrs[0] == pytest.approx(5e-5) and lrs[0] > lrs[1] > lrs[2] > 0
 
-    meta = json.loads((layout.model_dir / "sciencemap.json").read_text())
+    meta = json.loads((layout.model_dir / MODEL_CARD).read_text())
     assert meta["pooling"] == "mean" and meta["steps"] == 3 and meta["config"]["margin"] == 0.5
+    assert meta["objective"] == {"name": "triplet", "settings": {"margin": 0.5, "normalize": False}, "score": "-L2"}
     assert (layout.model_dir / "model.safetensors").is_file()
     assert not list(layout.root.glob(".model.tmp-*"))
 
@@ -203,7 +206,7 @@ def test_full_epochs_log_validation_metrics_and_curve(tmp_path, records):
     assert summary["val_after"]["mrr"] == vals[-1]["val_mrr"]
     # Warm-up (10% of 4 steps = 0 steps) then linear decay to zero.
     assert [r["lr"] for r in log if r["kind"] == "train"] == pytest.approx([5e-5, 3.75e-5, 2.5e-5, 1.25e-5])
-    png = layout.root / CURVE_PNG
+    png = layout.train_curve_png
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
@@ -223,12 +226,12 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, records):
                       checkpoint_every=2, device="cpu")
     ref = small_run(tmp_path / "ref", records)
     ref_summary = run_train(cfg, ref)
-    assert not (ref.root / CHECKPOINTS).exists()  # removed once the model is saved
+    assert not ref.checkpoints_dir.exists()  # removed once the model is saved
 
     lay = small_run(tmp_path / "crash", records)
     with pytest.raises(Crash):
         run_train(cfg, lay, after_step=_crash_at(3))
-    assert [p.name for p in (lay.root / CHECKPOINTS).iterdir()] == ["step-00000002"]
+    assert [p.name for p in lay.checkpoints_dir.iterdir()] == ["step-00000002"]
     assert max(r["step"] for r in read_log(lay.train_log)) == 3
     summary = run_train(cfg, lay)
     assert summary["resumed_from_step"] == 2
@@ -298,10 +301,10 @@ def test_torchrun_two_processes_gloo(tmp_path, records):
     log = read_log(layout.train_log)
     assert [r["step"] for r in log if r["kind"] == "train"] == [1, 2, 3]  # one writer
     assert [r["step"] for r in log if r["kind"] == "val"] == [0, 3]
-    assert [c.name for c in (layout.root / CHECKPOINTS).iterdir()] == ["step-00000002"]
-    ck = torch.load(layout.root / CHECKPOINTS / "step-00000002" / "state.pt", weights_only=False)
+    assert [c.name for c in layout.checkpoints_dir.iterdir()] == ["step-00000002"]
+    ck = torch.load(layout.checkpoints_dir / "step-00000002" / "state.pt", weights_only=False)
     assert len(ck["rng"]) == 2 and ck["step"] == 2  # every rank's RNG state
     model = AutoModel.from_pretrained(layout.model_dir, local_files_only=True)
     assert model.config.hidden_size == 384
-    assert (layout.root / CURVE_PNG).is_file()
+    assert (layout.train_curve_png).is_file()
     assert not list(layout.root.glob(".*tmp*"))
