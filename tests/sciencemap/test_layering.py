@@ -1,6 +1,6 @@
 """The package layering of issue 12, read from the source: `sciencemap` imports none of the stage
-packages; each stage package imports only itself and `sciencemap`; no `sys.path` anywhere; no
-runtime module finds the repository from its own file's location."""
+packages; each stage package imports only itself and `sciencemap`; no Python file edits the
+import path; no runtime module finds the repository from its own file's location."""
 from __future__ import annotations
 
 import ast
@@ -54,7 +54,7 @@ def _tracked_python(repo_root: Path) -> list[Path]:
     return [repo_root / f for f in out.stdout.split()]
 
 
-def test_no_python_file_touches_sys_path(repo_root):
+def test_no_python_file_edits_the_import_path(repo_root):
     needle = "sys." + "path"          # spelled apart, so this file does not match itself
     hits = [str(f.relative_to(repo_root)) for f in _tracked_python(repo_root)
             if f.exists() and needle in f.read_text()]
