@@ -324,16 +324,22 @@ def raw_counts(raw) -> dict:
     return out
 
 
-def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
-    from pyspark import StorageLevel
-
-    t0 = time.time()
+def check_inputs(cfg: IngestConfig) -> None:
+    """Formats known and paths present: checked before Spark starts, so a typo is one sentence."""
     if not cfg.inputs:
         raise UserError("ingest has no inputs; list at least one {path, format, source} in [ingest] inputs")
     for spec in cfg.inputs:
         check_format(spec.get("format"))
         resolve_input_path(spec.get("path", ""))
+
+
+def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
+    from pyspark import StorageLevel
+
+    t0 = time.time()
+    check_inputs(cfg)
     spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
+    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
     raw = read_inputs(spark, cfg.inputs).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         t = build_tables(spark, raw)

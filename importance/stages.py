@@ -21,8 +21,9 @@ def spark_session(ctx: StageContext):
 
 
 def _ingest(cfg, layout, ctx):
-    from importance.ingest import run_ingest
+    from importance.ingest import check_inputs, run_ingest
 
+    check_inputs(cfg)  # before Spark starts: a wrong path is one sentence, not a JVM log
     return run_ingest(cfg, layout, spark=spark_session(ctx))
 
 

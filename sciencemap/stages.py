@@ -101,7 +101,13 @@ def pipeline_stages() -> list[Stage]:
 
 
 def get_stage(name: str) -> Stage:
-    for s in all_stages():
-        if s.name == name:
-            return s
+    """The stage `name`, loading only its own entry point when it is not registered yet (a job
+    door then imports one stage package, not all of them)."""
+    if name not in _registered:
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+            stage = ep.load()
+            if isinstance(stage, Stage):
+                _registered.setdefault(stage.name, stage)
+    if name in _registered:
+        return _registered[name]
     raise UserError(f"unknown stage {name!r}; known: {[s.name for s in all_stages()]}")
