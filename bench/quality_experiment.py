@@ -9,7 +9,12 @@ Steps (each cached in --out, so a re-run resumes):
 2. Ingest once into <out>/shared (training corpus), and the PubMed records into <out>/pubmed.
 3. Importance twice on the same tables: <out>/h2 (H=2) and <out>/h0 (H=0), same K and seed; the
    triplets' "val" split (by anchor hash, identical for both) is never trained on.
-4. Fine-tune minilm from the same start for every (H, seed) with an equal budget.
+4. Fine-tune minilm from the same start for every (H, objective, seed) with an equal budget;
+   --objectives picks the training objectives (encoders/objectives; default triplet). Triplet
+   models keep their directory and result names; another objective's get "-<objective>" (results:
+   "-<objective>+..." when several), and the table adds its paired difference to triplet by seed.
+   A model trained on cosine (in_batch) is evaluated under cosine: its vectors are L2-normalised
+   before (a)-(d), so L2 ranking is cosine ranking.
 5. Metrics per model (METHODS.md §6-7, mapping/scidocs.py):
    (a) cite: each held-out (val) anchor's cited papers that have text (relevant) + up to 25
        random papers it does not cite (non-relevant; drawn from the papers cited by the anchor's
@@ -42,16 +47,15 @@ import tarfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import numpy as np
+import pandas as pd
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
+from encoders.objectives import OBJECTIVES
 from sciencemap.contracts import SPLIT_VAL
-
 from sciencemap.layout import RunLayout
-from sciencemap.storage import read_table
+from sciencemap.storage import read_table, write_json_atomic, write_text_atomic
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout this script lies in (sample/, ../shared/data)
 
 DATA = REPO.parent / "shared" / "data"
 ELIFE_TAR = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
@@ -59,6 +63,8 @@ SCISUMM_TAR = DATA / "cl-scisumm" / "scisummnet-2019.tar.gz"
 SCISUMM_SUB = "data/Training-Set-2019/Task1/From-ScisummNet-2019"
 T0 = time.time()
 DEFAULT_LR, DEFAULT_MARGIN = 2e-5, 1.0  # the seed recipe (encoders.train.TrainConfig)
+DEFAULT_SCALE = 20.0                    # encoders.config.TrainConfig.in_batch_scale
+COSINE_OBJECTIVES = ("in_batch",)       # trained on cosine: evaluated on normalised vectors
 
 
 def say(msg: str) -> None:
@@ -115,9 +121,7 @@ def _done(marker: Path) -> bool:
 
 
 def _mark(marker: Path, obj: dict) -> None:
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, marker)
+    write_json_atomic(marker, obj, default=str)
 
 
 def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
@@ -185,17 +189,41 @@ def variant(args) -> str:
     return "".join(f"-{p}" for p in parts if p)
 
 
-def train_model(args, out: Path, h: int, seed: int) -> Path:
+def objective_suffix(args, objective: str) -> str:
+    """'' for the triplet objective (its model dirs and cache keys predate objectives), else
+    '-<objective>' plus its settings that differ from the default."""
+    if objective == "triplet":
+        return ""
+    scale = f"-s{args.in_batch_scale:g}" if objective == "in_batch" and args.in_batch_scale != DEFAULT_SCALE else ""
+    return f"-{objective}{scale}"
+
+
+def model_name(h: int, seed: int, objective: str) -> str:
+    return f"H={h} seed={seed}" + ("" if objective == "triplet" else f" {objective}")
+
+
+def model_dir(args, out: Path, h: int, seed: int, objective: str) -> Path:
+    return out / "models" / f"h{h}-s{seed}-n{args.steps}{variant(args)}{objective_suffix(args, objective)}"
+
+
+def results_suffix(args) -> str:
+    """Result files of triplet-only runs keep their names; other objective sets are named."""
+    return "" if list(args.objectives) == ["triplet"] else "-" + "+".join(args.objectives)
+
+
+def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") -> Path:
     from encoders.train import TrainConfig, run_train
 
-    name = f"H={h} seed={seed}"
-    d = out / "models" / f"h{h}-s{seed}-n{args.steps}{variant(args)}"
+    name = model_name(h, seed, objective)
+    d = model_dir(args, out, h, seed, objective)
     lay = _link_tables(out / f"h{h}", d, ("papers", "triplets"))
     if not _done(d / "train.done"):
-        say(f"train {name} ({args.steps} steps, lr {args.lr:g}, margin {args.margin:g})")
+        say(f"train {name} ({args.steps} steps, lr {args.lr:g}, objective {objective}, margin {args.margin:g}, "
+            f"in-batch scale {args.in_batch_scale:g})")
         t = time.time()
-        cfg = TrainConfig(model=args.model, max_steps=args.steps, batch_size=args.batch_size, grad_accum=1,
-                          lr=args.lr, margin=args.margin, max_length=args.max_length, seed=seed,
+        cfg = TrainConfig(model=args.model, objective=objective, max_steps=args.steps, batch_size=args.batch_size,
+                          grad_accum=1, lr=args.lr, margin=args.margin, in_batch_scale=args.in_batch_scale,
+                          max_length=args.max_length, seed=seed,
                           val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu")
         s = run_train(cfg, lay)
         _mark(d / "train.done", {"seconds": time.time() - t, "summary": s})
@@ -226,7 +254,7 @@ def build_eval_sets(args, out: Path) -> dict:
     fulltext = set(papers.paper_id[papers.has_fulltext])
     # Held-out anchors: val-split anchors of both triplet sets (the split is by anchor hash).
     val = None
-    for h in (2, 0):
+    for h in [x for x in (2, 0) if (out / f"h{x}").is_dir()]:
         t = read_table(RunLayout(out / f"h{h}").table("triplets"), columns=["anchor_id", "split"]).to_pandas()
         a = set(t.anchor_id[t.split == SPLIT_VAL])
         train_a = set(t.anchor_id[t.split != SPLIT_VAL])
@@ -325,7 +353,7 @@ def mesh_curve(X: np.ndarray, mv, resolutions, min_size: int) -> list[dict]:
     return rows
 
 
-def evaluate_model(args, spec, ev: dict, mv) -> dict:
+def evaluate_model(args, spec, ev: dict, mv, cosine: bool = False) -> dict:
     import torch
 
     from encoders.embed import embed_texts
@@ -338,6 +366,8 @@ def evaluate_model(args, spec, ev: dict, mv) -> dict:
     t = time.time()
     X = embed_texts(enc, enc.texts(texts.title, texts.abstract), batch_size=64, precision="float32")
     emb_s = time.time() - t
+    if cosine:  # the model's own score: L2 on unit vectors ranks as cosine
+        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     idx = {p: i for i, p in enumerate(texts.paper_id)}
     emb = {p: X[i] for p, i in idx.items()}
     res = {"embed_s": round(emb_s, 1), "texts": len(texts)}
@@ -378,6 +408,13 @@ def _cell(vals: list[float]) -> str:
     return f"{np.mean(vals):.4f} ± {np.std(vals, ddof=1):.4f}"
 
 
+def objectives_note(args) -> str:
+    notes = {"triplet": f"triplet (margin {args.margin}, raw L2)",
+             "in_batch": f"in_batch (in-batch negatives, cosine × {args.in_batch_scale:g}, "
+                         f"{2 * args.batch_size} candidates per anchor)"}
+    return ", ".join(notes.get(o, o) for o in args.objectives)
+
+
 def report(args, out: Path, per_model: dict, data: dict) -> str:
     from mapping.mesh_accuracy import relative_accuracy
 
@@ -391,8 +428,11 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
         m["mesh_rel_acc"] = rel.get(n)
     groups = {"base (minilm, untuned)": ["base"]}
     for h in sorted(args.H):
-        label = f"H={h} (SPECTER-style)" if h == 0 else f"H={h} (importance-aware)"
-        groups[label] = [f"H={h} seed={s}" for s in args.seeds]
+        for obj in args.objectives:
+            label = f"H={h} (SPECTER-style)" if h == 0 else f"H={h} (importance-aware)"
+            if obj != "triplet":
+                label = label.replace(")", f", {obj})")
+            groups[label] = [model_name(h, s, obj) for s in args.seeds]
     rows = {g: {k: [per_model[n].get(k) for n in names if n in per_model] for k, _ in METRICS}
             for g, names in groups.items()}
     lines = [f"# Quality experiment: base vs {' vs '.join(f'H={h}' for h in sorted(args.H))} "
@@ -402,21 +442,30 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
     for g, vals in rows.items():
         done = sum(n in per_model for n in groups[g])
         lines.append(f"| {g} | {done} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS) + " |")
-    for h in sorted(x for x in args.H if x > 0):
-        paired = [s for s in args.seeds if f"H={h} seed={s}" in per_model and f"H=0 seed={s}" in per_model]
-        if not paired:
+    contrasts = []  # (row label, [(model, model it is paired with)] by seed)
+    for obj in args.objectives:
+        tag = "" if obj == "triplet" else f" ({obj})"
+        contrasts += [(f"H={h} − H=0{tag}", [(model_name(h, s, obj), model_name(0, s, obj)) for s in args.seeds])
+                      for h in sorted(args.H) if h > 0 and 0 in args.H]
+    if "triplet" in args.objectives:
+        contrasts += [(f"H={h}: {obj} − triplet", [(model_name(h, s, obj), model_name(h, s, "triplet"))
+                                                   for s in args.seeds])
+                      for h in sorted(args.H) for obj in args.objectives if obj != "triplet"]
+    for label, pairs in contrasts:
+        pairs = [(x, y) for x, y in pairs if x in per_model and y in per_model]
+        if not pairs:
             continue
-        a, b = ([per_model[f"H={x} seed={s}"] for s in paired] for x in (h, 0))
+        a, b = [per_model[x] for x, _ in pairs], [per_model[y] for _, y in pairs]
         diffs = {k: [m.get(k) - n.get(k) for m, n in zip(a, b) if m.get(k) is not None and n.get(k) is not None]
                  for k, _ in METRICS}
-        lines.append(f"| H={h} − H=0 (paired by seed) | {len(paired)} | "
+        lines.append(f"| {label} (paired by seed) | {len(pairs)} | "
                      + " | ".join(_cell(diffs[k]).replace("0.", "+0.", 1) if diffs[k] and np.mean(diffs[k]) >= 0
                                   else _cell(diffs[k]) for k, _ in METRICS) + " |")
     q = {v: next(iter(per_model.values())).get(f"{v}_queries") for v in ("cite", "cite-ft")}
     ts = data.get("triplets", {})
     lines += ["",
               f"Budget per tuned model: {args.steps} optimizer steps × batch {args.batch_size} × grad_accum 1 "
-              f"(= {args.steps * args.batch_size} triplets), lr {args.lr}, margin {args.margin} (raw L2), "
+              f"(= {args.steps * args.batch_size} triplets), lr {args.lr}, objectives {objectives_note(args)}, "
               f"max_length {args.max_length}, mean pooling, start {args.model}; train seeds {args.seeds}; "
               f"triplets K={args.K}, seed {args.data_seed}.",
               "Triplets: " + "; ".join(f"{k}: {v['train']} train / {v['val']} val, anchors {v['anchors_train']} train / "
@@ -424,7 +473,7 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
               f"(a) cite: {q['cite']} held-out anchors (val split, never trained on; a seeded sample of at most "
               f"{args.max_queries} of the {data.get('cite_eligible', {}).get('cite')} with ≥1 cited paper that has text); "
               f"candidates = ≤{args.max_rel} cited (relevant) + ≤{args.n_neg} random uncited papers cited elsewhere in the same source; "
-              f"L2 ranking. cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
+              f"L2 ranking (cosine for {', '.join(COSINE_OBJECTIVES)} models). cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
               f"(b) eLife research articles, first heading subject, classes ≥10 papers: n={data.get('cls_n')}, "
               f"{data.get('cls_classes')} classes; LinearSVC, C∈1e-4..1e2, 3-fold CV.",
               f"(c) {data.get('mesh_n')} PubMed records with MeSH; exact 20-NN cosine graph, Leiden CPM "
@@ -453,6 +502,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=DEFAULT_LR)
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    ap.add_argument("--objectives", nargs="+", default=["triplet"], choices=OBJECTIVES,
+                    help="training objectives, each trained for every (H, seed)")
+    ap.add_argument("--in-batch-scale", type=float, default=DEFAULT_SCALE)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--val-max", type=int, default=32)
     ap.add_argument("--K", type=int, default=5)
@@ -486,19 +538,20 @@ def main() -> None:
         f"importance-graded queries {len(ev['graded'])}, "
         f"eLife labelled {len(ev['elife'])}, PubMed {len(mv.rows)}")
     per_model = {}
-    res_json, res_md = out / f"results-n{args.steps}{variant(args)}.json", out / f"results-n{args.steps}{variant(args)}.md"
+    stem = f"results-n{args.steps}{variant(args)}{results_suffix(args)}"
+    res_json, res_md = out / f"{stem}.json", out / f"{stem}.md"
     prev = json.loads(res_json.read_text()).get("data", {}) if res_json.exists() else {}
     cache = out / "eval_cache.json"
     ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.resolutions,
                                       args.min_cluster_size, args.max_length, "graded", args.min_graded]
                                      ).encode()).hexdigest()[:12]
     # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
-    todo = [("base", None, None)] + [(f"H={h} seed={s}", h, s) for s in args.seeds for h in args.H]
-    for name, h, seed in todo:
-        if args.report_only and h is not None and not (
-                out / "models" / f"h{h}-s{seed}-n{args.steps}{variant(args)}" / "train.done").exists():
+    todo = [("base", None, None, None)] + [(model_name(h, s, o), h, s, o) for s in args.seeds for h in args.H
+                                           for o in args.objectives]
+    for name, h, seed, objective in todo:
+        if args.report_only and h is not None and not (model_dir(args, out, h, seed, objective) / "train.done").exists():
             continue
-        spec = args.model if h is None else train_model(args, out, h, seed)
+        spec = args.model if h is None else train_model(args, out, h, seed, objective)
         key = f"{name}|{spec}|{ekey}"
         cached = json.loads(cache.read_text()) if cache.exists() else {}
         if key in cached:
@@ -507,7 +560,7 @@ def main() -> None:
             continue
         else:
             t = time.time()
-            per_model[name] = evaluate_model(args, spec, ev, mv)
+            per_model[name] = evaluate_model(args, spec, ev, mv, cosine=objective in COSINE_OBJECTIVES)
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
             _mark(cache, cached)
@@ -522,7 +575,7 @@ def main() -> None:
         data["models_done"] = list(per_model)
         md = report(args, out, per_model, data)
         _mark(res_json, {"args": vars(args), "data": data, "models": per_model})
-        res_md.write_text(md, encoding="utf-8")
+        write_text_atomic(res_md, md)
     print(md)
 
 if __name__ == "__main__":

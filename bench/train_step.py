@@ -1,30 +1,29 @@
-"""Training speed: seconds per optimizer step of encoders.train's inner step (micro-batch of B
-triplets, accumulation A, max_length L) on real PubMed texts, against a reference measured in the
+"""Training speed: seconds per optimizer step of encoders.train's inner step with a training
+objective (encoders/objectives; micro-batch of B triplets, accumulation A, max_length L) on real PubMed texts, against a reference measured in the
 same run: the same forward/backward written directly against transformers + torch (no Encoder
 wrapper). Prints s/micro-batch, s/step, triplets/s, tokens/s and ratio reference/ours (>= 1:
 no overhead from the wrapper).
 
     nice -n 10 .venv/bin/python bench/train_step.py [--model minilm] [--batch 8] [--accum 4] [--max-length 256]
+        [--objective triplet|in_batch]
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pandas as pd
+import torch
+import torch.nn.functional as F
 
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from encoders.config import TrainConfig
+from encoders.model import load_encoder, paper_text
+from encoders.objectives import OBJECTIVES, get_objective
+from encoders.objectives.base import TripletBatch
 
-from encoders.losses import TripletLoss  # noqa: E402
-from encoders.model import load_encoder, paper_text  # noqa: E402
-from encoders.train import triplet_vectors  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
 
 def main() -> None:
@@ -35,16 +34,18 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--steps", type=int, default=2, help="timed optimizer steps per variant (after 1 warm-up micro-batch)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--objective", default="triplet", choices=OBJECTIVES)
     args = ap.parse_args()
 
-    df = pd.read_csv(REPO / "sample/pubmed/train-data-small.csv.gz", usecols=["Title", "abstractText"])
+    df = pd.read_csv(SAMPLE / "pubmed" / "train-data-small.csv.gz", usecols=["Title", "abstractText"])
     texts = [paper_text(t, a) for t, a in zip(df.Title, df.abstractText)]
     enc = load_encoder(args.model, "mean", args.max_length, args.device)
     B, A = args.batch, args.accum
     need = 3 * B * A * args.steps
     texts = (texts * (need // len(texts) + 1))[:need]
     tokens = sum(min(len(x), enc.max_length) for x in enc.token_ids(texts)) if hasattr(enc, "token_ids") else None
-    loss_fn = TripletLoss(1.0)
+    cfg = TrainConfig(objective=args.objective, margin=1.0)
+    objective = get_objective(cfg.objective)(cfg)
     opt = torch.optim.AdamW([p for p in enc.model.parameters() if p.requires_grad], lr=2e-5)
     enc.model.train()
 
@@ -52,7 +53,7 @@ def main() -> None:
         chunk = texts[3 * B * i:3 * B * (i + 1)]
         a, p, n = chunk[:B], chunk[B:2 * B], chunk[2 * B:]
         if ours:
-            loss = loss_fn(*triplet_vectors(enc, a, p, n))
+            loss = objective.batch_loss(enc, TripletBatch(a, p, n, a, p, n))
         else:  # reference: the same computation without the Encoder wrapper
             batch = enc.tokenizer(a + p + n, padding="longest", truncation=True, max_length=enc.max_length,
                                   return_tensors="pt").to(enc.device)
@@ -60,7 +61,11 @@ def main() -> None:
                 h = enc.model(**batch).last_hidden_state.float()
             m = batch["attention_mask"].unsqueeze(-1).float()
             v = (h * m).sum(1) / m.sum(1)
-            loss = F.triplet_margin_loss(v[:B], v[B:2 * B], v[2 * B:], margin=1.0)
+            if args.objective == "triplet":
+                loss = F.triplet_margin_loss(v[:B], v[B:2 * B], v[2 * B:], margin=1.0)
+            else:  # in-batch negatives (the texts of a micro-batch are distinct: no duplicate to mask)
+                u = F.normalize(v, dim=-1)
+                loss = F.cross_entropy(cfg.in_batch_scale * u[:B] @ u[B:].T, torch.arange(B, device=v.device))
         (loss / A).backward()
 
     def timed(ours: bool) -> float:
@@ -79,7 +84,7 @@ def main() -> None:
         return (time.perf_counter() - t) / args.steps
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"model {enc.path.name} dim {enc.dim} on {enc.device}, threads {torch.get_num_threads()}, "
+    print(f"objective {args.objective}, model {enc.path.name} dim {enc.dim} on {enc.device}, threads {torch.get_num_threads()}, "
           f"batch {B} x accum {A}, max_length {enc.max_length}, load(1 min) {load:.2f}")
     ref = timed(False)
     ours = timed(True)

@@ -1,4 +1,4 @@
-"""Real MiniLM forward/backward passes on tiny inputs (max_length 32)."""
+"""encoders.model: loading, text and pooling, with real MiniLM forward passes on tiny inputs (max_length 32)."""
 from __future__ import annotations
 
 from pathlib import Path
