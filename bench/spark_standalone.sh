@@ -2,8 +2,8 @@
 # Standalone Spark cluster on this machine (master + 2 workers, 127.0.0.1 only): run ingest and
 # importance with spark-submit in local mode and against the cluster, and check that the outputs
 # are equal (sorted rows of papers, references, mentions, pairs, weights, triplets). The cluster
-# run's executors get the `importance` package only from the zip the driver ships (addPyFile):
-# importance/spark.py does not point their PYTHONPATH at this checkout for a non-local master.
+# run's executors get the `importance` and `sciencemap` packages only from the zip the driver ships
+# (addPyFile, importance/spark.py package_zip): nothing points their PYTHONPATH at this checkout.
 #
 #   bash bench/spark_standalone.sh [INPUT_DIR (JATS files, default sample/elife)] [WORK_DIR]
 #
@@ -55,8 +55,9 @@ CL="--master $MASTER --total-executor-cores 2 --executor-cores 1 --executor-memo
 "$SUBMIT" $CL jobs/importance.py --run "$WORK/cluster" 2>"$WORK/cluster_importance.err" | tail -4
 t2=$(date +%s)
 # proof that executors ran Python from the shipped zip (the ingest readers run on executors)
-echo "shipped package fetched by executors: $(find "$SPARK_WORKER_DIR" -name importance.zip | wc -l) copies" \
-  "($(find "$SPARK_WORKER_DIR" -name importance.zip | head -2 | tr '\n' ' '))"
+ZIP=sciencemap-packages.zip
+echo "shipped packages fetched by executors: $(find "$SPARK_WORKER_DIR" -name $ZIP | wc -l) copies" \
+  "($(find "$SPARK_WORKER_DIR" -name $ZIP | head -2 | tr '\n' ' '))"
 echo "wall: local $((t1 - t0))s, cluster (incl. start-up) $((t2 - t1))s"
 
 "$PY" - "$WORK/local" "$WORK/cluster" <<'EOF'
@@ -75,7 +76,6 @@ for t in ("papers", "references", "mentions", "rejects", "pairs", "weights", "tr
     same = len(x) == len(y) and key(x) == key(y)
     ok &= same
     print(f"{t:<11} local {len(x):>7} rows, cluster {len(y):>7} rows: {'EQUAL' if same else 'DIFFERENT'}")
-sys.path.insert(0, ".")
 from importance.job import read_triplets_meta  # noqa: E402
 
 meta = [read_triplets_meta(f"{d}/triplets") for d in (a, b)]
