@@ -22,7 +22,7 @@ class TrainConfig:
     objective: str = setting(DEFAULT_OBJECTIVE, "training objective (encoders/objectives): triplet margin "
                              "loss on L2, or in_batch negatives (InfoNCE over the micro-batch)", choices=OBJECTIVES)
     margin: float | None = setting(None, "triplet objective: None = the triplets' own margin (importance stage), else 1.0")
-    normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4)")
+    normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4.3)")
     in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")
     lr: float = setting(2e-5, "")
     weight_decay: float = setting(0.01, "")
