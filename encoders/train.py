@@ -40,7 +40,7 @@ import torch
 
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import Dist, UserError, init_dist, say
-from sciencemap.storage import write_text_atomic
+from sciencemap.storage import sweep_temporaries, write_text_atomic
 
 from encoders.checkpoints import (checkpoint_dirs, find_checkpoint, load_checkpoint, remove_checkpoints,
                                   rng_state, save_checkpoint, set_rng_state)
@@ -153,8 +153,8 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     ckpt_dir = layout.checkpoints_dir
     if dist.main:
         say(f"train: {n_train} train / {len(val['a'])} val triplets, {total} steps "
-             f"({steps_per_epoch}/epoch) of {cfg.batch_size}x{cfg.grad_accum}x{dist.world} on {enc.device} "
-             f"({enc.path.name}, pooling={enc.pooling}, max_length={enc.max_length}, objective={objective.name} "
+            f"({steps_per_epoch}/epoch) of {cfg.batch_size}x{cfg.grad_accum}x{dist.world} on {enc.device} "
+            f"({enc.path.name}, pooling={enc.pooling}, max_length={enc.max_length}, objective={objective.name} "
             f"{json.dumps(objective.settings())})")
 
     model = enc.model
@@ -166,6 +166,8 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     sched = make_schedule(opt, int(cfg.warmup_ratio * total), total)
 
     # Resume: rank 0 picks the checkpoint, every rank loads it.
+    if dist.main and ckpt_dir.is_dir():
+        sweep_temporaries(ckpt_dir)  # what a killed checkpoint write left
     ckpt = find_checkpoint(ckpt_dir, trajectory) if cfg.resume and dist.main else None
     if dist.main and not cfg.resume:
         remove_checkpoints(ckpt_dir)
