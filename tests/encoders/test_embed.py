@@ -7,10 +7,8 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -24,16 +22,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.text import paper_text
 
-REPO = Path(__file__).resolve().parents[2]
-PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"
 L = 32
-
-
-@pytest.fixture(scope="module")
-def records() -> list[dict]:
-    df = pd.read_csv(PUBMED, usecols=["Title", "abstractText", "pmid"], nrows=12)
-    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText}
-            for r in df.itertuples()]
 
 
 def papers(records) -> list[dict]:
@@ -244,7 +233,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc):
+def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc, repo_root):
     one = make_run("one", papers(records))
     run_embed(cfg(), one, encoder=enc)
     two = make_run("two", papers(records))
@@ -253,7 +242,7 @@ def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc):
            "--model", "minilm", "--batch-size", "4", "--max-tokens", "96", "--max-length", str(L),
            "--shard-size", "3", "--device", "cpu", "--precision", "float32"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, cwd=repo_root, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "[rank 1/2]" in p.stderr and "tokens/s" in p.stderr
     manifest = json.loads((two.embeddings_dir / "manifest.json").read_text())
@@ -266,15 +255,15 @@ def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc):
     assert ids1 == ids2 and np.array_equal(m1, m2)
 
 
-def test_cli_crash_hook_then_resume(make_run, records, enc):
+def test_cli_crash_hook_then_resume(make_run, records, enc, repo_root):
     lay = make_run("cli", papers(records))
     env = dict(os.environ, SCIENCEMAP_EMBED_CRASH_AFTER="1")
     cmd = [sys.executable, "jobs/embed.py", "--run", str(lay.root), "--shard-size", "3",
            "--max-length", str(L), "--device", "cpu", "--precision", "float32"]
     # Default model = the run's trained model, which does not exist yet: one-line error, exit 2.
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=repo_root, env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "run jobs/train.py first" in p.stderr
-    p = subprocess.run(cmd + ["--model", "minilm"], cwd=REPO, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd + ["--model", "minilm"], cwd=repo_root, env=env, capture_output=True, text=True)
     assert p.returncode != 0 and "test hook" in p.stderr
     manifest = json.loads((lay.embeddings_dir / "manifest.json").read_text())
     assert manifest["finished_shards"] == [0] and not manifest["complete"]
@@ -305,7 +294,7 @@ def test_compiled_forward_writes_the_same_vectors(make_run, records, enc):
         run_embed(cfg(compile="yes"), comp, encoder=enc)
 
 
-def test_compile_failure_falls_back_to_eager(make_run, records):
+def test_compile_failure_falls_back_to_eager(make_run, records, repo_root):
     """Without a working C++ compiler inductor cannot build CPU kernels: the job says so once and
     writes the eager vectors."""
     lay = make_run("nocxx", papers(records))
@@ -314,7 +303,7 @@ def test_compile_failure_falls_back_to_eager(make_run, records):
     cmd = [sys.executable, "jobs/embed.py", "--run", str(lay.root), "--model", "minilm",
            "--shard-size", "3", "--batch-size", "4", "--max-tokens", "96", "--max-length", str(L),
            "--device", "cpu", "--precision", "float32", "--compile", "on"]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, cwd=repo_root, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stderr.count("torch.compile failed") == 1
     summary = json.loads(p.stdout)

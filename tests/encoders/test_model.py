@@ -1,53 +1,16 @@
 """encoders.model: loading, text and pooling, with real MiniLM forward passes on tiny inputs (max_length 32)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 import pytest
 
 from encoders.model import load_encoder, paper_text, resolve_model
-
-from sciencemap.contracts import SCHEMAS
-
-from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import write_table_atomic
-
-REPO = Path(__file__).resolve().parents[2]
-PUBMED = REPO / "sample" / "pubmed" / "train-data-small.csv.gz"
-
-
-@pytest.fixture(scope="session")
-def pubmed_records() -> list[dict]:
-    df = pd.read_csv(PUBMED, usecols=["Title", "abstractText", "pmid"], nrows=40)
-    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText}
-            for r in df.itertuples()]
-
-
-def write_papers(layout: RunLayout, rows: list[dict]) -> None:
-    cols = {name: [r.get(name) for r in rows] for name in SCHEMAS["papers"].names}
-    write_table_atomic(pa.table(cols, schema=SCHEMAS["papers"]), layout.table("papers"))
-
-
-def write_triplets(layout: RunLayout, rows: list[tuple]) -> None:
-    names = SCHEMAS["triplets"].names
-    cols = {n: [r[i] for r in rows] for i, n in enumerate(names)}
-    write_table_atomic(pa.table(cols, schema=SCHEMAS["triplets"]), layout.table("triplets"))
 
 
 @pytest.fixture
-def make_run(tmp_path):
-    def make(name: str, papers: list[dict], triplets: list[tuple] | None = None) -> RunLayout:
-        layout = RunLayout(tmp_path / name)
-        layout.root.mkdir(parents=True)
-        write_papers(layout, papers)
-        if triplets is not None:
-            write_triplets(layout, triplets)
-        return layout
-    return make
+def make_run(tmp_path, make_triplet_run):
+    return lambda name, papers, triplets=None: make_triplet_run(tmp_path / name, papers, triplets)
 
 
 L = 32

@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pandas as pd
-import pyarrow as pa
 import pytest
 import torch
 
@@ -20,45 +18,20 @@ from encoders.objectives.base import TripletBatch
 from encoders.objectives.in_batch import InBatchObjective, false_negative_mask
 from encoders.objectives.triplet import TripletObjective
 from encoders.train import TRAJECTORY_FIELDS, fingerprint, read_log, run_train
-from sciencemap.contracts import MODEL_CARD, SCHEMAS
+from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import write_table_atomic
 
 L = 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny batches: extra threads only wait for each other on 2 cores
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def papers(repo_root) -> list[dict]:
-    df = pd.read_csv(repo_root / "sample" / "pubmed" / "train-data-small.csv.gz",
-                     usecols=["Title", "abstractText", "pmid"], nrows=24)
-    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText} for r in df.itertuples()]
-
-
-def triplet_run(root, papers: list[dict]) -> RunLayout:
-    """24 papers; anchors 0-15 train, 16-19 val; each anchor has one positive and two negatives
-    (two triplets sharing the positive, as the importance stage writes them)."""
-    layout = RunLayout(root)
-    cols = {name: [p.get(name) for p in papers] for name in SCHEMAS["papers"].names}
-    write_table_atomic(pa.table(cols, schema=SCHEMAS["papers"]), layout.table("papers"))
-    ids = [p["paper_id"] for p in papers]
-    rows = []
-    for i in range(20):
-        split = "train" if i < 16 else "val"
-        pos = ids[(i + 1) % 24]
-        rows += [(ids[i], pos, ids[(i + 5) % 24], "hard", split), (ids[i], pos, ids[(i + 11) % 24], "easy", split)]
-    names = SCHEMAS["triplets"].names
-    tbl = pa.table({n: [r[k] for r in rows] for k, n in enumerate(names)}, schema=SCHEMAS["triplets"])
-    write_table_atomic(tbl, layout.table("triplets"))
-    return layout
+def triplet_run(cyclic_run, records):
+    """24 papers; anchors 0-15 train, 16-19 val; one positive and two negatives each."""
+    return lambda root: cyclic_run(root, records[:24], anchors=20, train_anchors=16, hard_step=5, easy_step=11)
 
 
 def by_hand(a, p, n, scale, masked=()) -> float:
@@ -116,32 +89,19 @@ def test_scores_rank_as_the_objective_trains():
     assert trip.score_matrix(a, both).argmax() == 0 and inb.score_matrix(a, both).argmax() == 1
 
 
-def test_in_batch_steps_lower_its_loss_on_a_fixed_batch(papers):
+def test_in_batch_steps_lower_its_loss_on_a_fixed_batch(records, steps_on_fixed_batch):
     torch.manual_seed(0)
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
-    texts = [paper_text(x["title"], x["abstract"]) for x in papers[:12]]
+    texts = [paper_text(x["title"], x["abstract"]) for x in records[:12]]
     batch = TripletBatch([f"a{i}" for i in range(4)], [f"p{i}" for i in range(4)], [f"n{i}" for i in range(4)],
                          texts[:4], texts[4:8], texts[8:12])
     objective = get_objective("in_batch")(TrainConfig(objective="in_batch"))
-
-    def eval_loss():
-        enc.model.eval()
-        with torch.inference_mode():
-            return float(objective.batch_loss(enc, batch))
-
-    before = eval_loss()
-    opt = torch.optim.AdamW(enc.model.parameters(), lr=1e-4)
-    enc.model.train()
-    for _ in range(4):
-        opt.zero_grad()
-        objective.batch_loss(enc, batch).backward()
-        opt.step()
-    after = eval_loss()
-    assert before > 0.05 and after < before * 0.7, (before, after)
+    before, after, reached = steps_on_fixed_batch(enc, objective, batch)
+    assert reached and before > 0.05 and after < before * 0.7, (before, after)
 
 
-def test_jobs_train_objective_in_batch_writes_a_model_card_naming_it(tmp_path, papers, repo_root):
-    layout = triplet_run(tmp_path / "r", papers)
+def test_jobs_train_objective_in_batch_writes_a_model_card_naming_it(tmp_path, repo_root, triplet_run):
+    layout = triplet_run(tmp_path / "r")
     cmd = [sys.executable, "jobs/train.py", "--run", str(layout.root), "--objective", "in_batch",
            "--in-batch-scale", "10", "--max-steps", "2", "--batch-size", "4", "--grad-accum", "1",
            "--max-length", str(L), "--log-every", "1", "--checkpoint-every", "0", "--device", "cpu"]
@@ -159,14 +119,14 @@ def test_jobs_train_objective_in_batch_writes_a_model_card_naming_it(tmp_path, p
         assert r["val_n"] == 8 and r["val_pairs"] == 4 and r["val_candidates"] == 12
         assert 0 < r["val_loss"] < 10 and 0 <= r["val_accuracy"] <= 1 and 0 < r["val_mrr"] <= 1
     # Same data, same seed, the config way: the same first validation (nothing depends on the door).
-    layout2 = triplet_run(tmp_path / "r2", papers)
+    layout2 = triplet_run(tmp_path / "r2")
     s2 = run_train(TrainConfig(objective="in_batch", in_batch_scale=10.0, max_steps=1, batch_size=4, grad_accum=1,
                                max_length=L, checkpoint_every=0, device="cpu"), layout2)
     assert s2["val_before"]["loss"] == pytest.approx(vals[0]["val_loss"], rel=1e-5)
     assert s2["val_before"]["mrr"] == pytest.approx(vals[0]["val_mrr"])
 
 
-def test_unknown_objective_is_one_clear_error(tmp_path, papers, repo_root):
+def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
     with pytest.raises(UserError, match=r"training objective 'nope' is unknown; use one of triplet, in_batch"):
         run_train(TrainConfig(objective="nope"), RunLayout(tmp_path / "none"))
     p = subprocess.run([sys.executable, "jobs/train.py", "--run", str(tmp_path / "x"), "--objective", "nope"],
@@ -178,7 +138,7 @@ def test_unknown_objective_is_one_clear_error(tmp_path, papers, repo_root):
     assert "--objective {triplet,in_batch}" in helptext and "--in-batch-scale" in helptext
 
 
-def test_fingerprint_names_the_objective_and_its_settings(papers):
+def test_fingerprint_names_the_objective_and_its_settings():
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
     rows = {"ai": ["a"], "pi": ["p"], "ni": ["n"]}
 

@@ -1,46 +1,15 @@
 """The ingest stage on Spark: every input record is a paper or a reject, references resolve."""
 import json
-import re
 
 import pyarrow.parquet as pq
 import pytest
-from lxml import etree
 
 from importance.ingest import IngestConfig, run_ingest
-from importance.readers.common import clean_ws
-from importance.sections import classify_section
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 
 
 DATA = "tests/data"
-RP = "C98-1097"
-CITING = ["C02-1033", "P04470", "P6230"]  # P04470 and P6230 are malformed (tag mismatch)
-
-
-def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:
-    """Independent expectation: the SECTION holding each sid, via lxml XPath on a recovering parse."""
-    root = etree.fromstring(xml, etree.XMLParser(recover=True))
-    secs = root.findall("SECTION")
-    out = []
-    for sid in sids:
-        hit = [(i, s) for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
-        if hit:
-            title = clean_ws(hit[0][1].get("title"))
-            out.append((title, classify_section(None, title, hit[0][0])))
-        else:
-            out.append((None, "O"))
-    return out
-
-
-def _annotated(folder, citing):
-    text = next((folder / "annotation").glob("*.txt")).read_text(errors="replace")
-    sids = []
-    for line in text.splitlines():
-        if re.search(rf"Citing Article:\s*{re.escape(citing)}\s*\|", line):
-            ctext = line.split("Citation Text:")[1].split("|")[0]
-            sids.append(re.findall(r'sid\s*=\s*"(\d+)"', ctext)[0])
-    return sids
 
 
 def test_unknown_format_is_a_user_error(tmp_path):
@@ -101,8 +70,8 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     assert per["unarxive"]["references_resolved"] >= 1
 
 
-def test_spark_ingest_clscisumm_counts(spark, repo_root, tmp_path):
-    folder = repo_root / "tests/data/clscisumm"
+def test_spark_ingest_clscisumm_counts(spark, clscisumm, tmp_path):
+    folder, RP, CITING = clscisumm.root, clscisumm.reference, clscisumm.citing
     layout = RunLayout(tmp_path / "run")
     s = run_ingest(IngestConfig(inputs=[{"path": str(folder), "format": "clscisumm", "source": "cls"}]),
                    layout, spark=spark)
@@ -116,7 +85,8 @@ def test_spark_ingest_clscisumm_counts(spark, repo_root, tmp_path):
     assert {r["cited_id"] for r in refs} == {"acl:c98-1097"} and d["references_resolved"] == 3
     ments = pq.read_table(layout.table("mentions")).to_pylist()
     assert len(ments) == 4 and d["citance_section_match_rate"] == 0.75  # P6230: unannotated -> O
-    exp = _expected_sections((folder / RP / "Citance_XML" / "C02-1033.xml").read_bytes(), _annotated(folder / RP, "C02-1033"))
+    exp = clscisumm.expected_sections((folder / RP / "Citance_XML" / "C02-1033.xml").read_bytes(),
+                                     clscisumm.annotated_sids(folder / RP, "C02-1033"))
     got = sorted((m["section_title"], m["section_class"]) for m in ments if m["citing_id"] == "acl:c02-1033")
     assert got == sorted(exp)
     assert [m["section_class"] for m in ments if m["citing_id"] == "acl:p6230"] == ["O"]

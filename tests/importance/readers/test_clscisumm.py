@@ -1,48 +1,17 @@
 """The CL-SciSumm reader (importance.readers.clscisumm): papers, citances and their sections."""
-import re
-
 from lxml import etree
 
 from importance.readers import parse_file
 from importance.readers.common import clean_ws
-from importance.sections import classify_section
-
-
-RP = "C98-1097"
-CITING = ["C02-1033", "P04470", "P6230"]  # P04470 and P6230 are malformed (tag mismatch)
 
 
 def _recs(path, source="cls"):
     return list(parse_file("clscisumm", source, str(path), path.read_bytes()))
 
 
-def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:
-    """Independent expectation: the SECTION holding each sid, via lxml XPath on a recovering parse."""
-    root = etree.fromstring(xml, etree.XMLParser(recover=True))
-    secs = root.findall("SECTION")
-    out = []
-    for sid in sids:
-        hit = [(i, s) for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
-        if hit:
-            title = clean_ws(hit[0][1].get("title"))
-            out.append((title, classify_section(None, title, hit[0][0])))
-        else:
-            out.append((None, "O"))
-    return out
-
-
-def _annotated(folder, citing):
-    text = next((folder / "annotation").glob("*.txt")).read_text(errors="replace")
-    sids = []
-    for line in text.splitlines():
-        if re.search(rf"Citing Article:\s*{re.escape(citing)}\s*\|", line):
-            ctext = line.split("Citation Text:")[1].split("|")[0]
-            sids.append(re.findall(r'sid\s*=\s*"(\d+)"', ctext)[0])
-    return sids
-
-
-def test_reader_papers_citances_and_sections(repo_root):
-    folder = repo_root / "tests/data/clscisumm" / RP
+def test_reader_papers_citances_and_sections(clscisumm):
+    RP, CITING = clscisumm.reference, clscisumm.citing
+    folder = clscisumm.root / RP
     ref = _recs(folder / "Reference_XML" / f"{RP}.xml")
     (p,) = [d for k, d in ref if k == "paper"]
     root = etree.fromstring((folder / "Reference_XML" / f"{RP}.xml").read_bytes())
@@ -55,12 +24,12 @@ def test_reader_papers_citances_and_sections(repo_root):
         assert not [d for k, d in recs if k == "reject"]  # malformed ones are recovered, not rejected
         (paper,) = [d for k, d in recs if k == "paper"]
         assert paper["paper_id"] == f"acl:{cid.lower()}" and paper["title"] is None  # no title sentence
-        sids = _annotated(folder, cid)
+        sids = clscisumm.annotated_sids(folder, cid)
         cits = [d for k, d in recs if k == "citance"]
         assert {(c["citing_id"], c["cited_id"], c["ref_key"]) for c in cits} == {(paper["paper_id"], "acl:c98-1097", RP)}
         assert len(cits) == max(1, len(sids))
         sents = [d for k, d in recs if k == "sentence"]
-        expected = _expected_sections(path.read_bytes(), sids)
+        expected = clscisumm.expected_sections(path.read_bytes(), sids)
         for c, (title, cls) in zip(cits, expected):
             # The sentence the citance key matches exactly lies in the SECTION holding the sid.
             hit = [s for s in sents if s["key"] == c["key"]]
@@ -71,11 +40,12 @@ def test_reader_papers_citances_and_sections(repo_root):
     assert n_ment == 2 + 1 + 1
 
 
-def test_empty_and_unrecoverable_files_rejected_with_parser_message(repo_root, tmp_path):
-    empty = repo_root / "tests/data/clscisumm/C04-1089/Citance_XML/J13-2001.xml"
+def test_empty_and_unrecoverable_files_rejected_with_parser_message(clscisumm, tmp_path):
+    RP = clscisumm.reference
+    empty = clscisumm.root / "C04-1089/Citance_XML/J13-2001.xml"
     (rej,) = _recs(empty)
     assert rej[0] == "reject" and rej[1]["level"] == "record" and "PAPER" in rej[1]["reason"]
-    src = repo_root / "tests/data/clscisumm" / RP / "Citance_XML" / "P04470.xml"
+    src = clscisumm.root / RP / "Citance_XML" / "P04470.xml"
     bad = tmp_path / RP / "Citance_XML" / "P04470.xml"
     bad.parent.mkdir(parents=True)
     bad.write_bytes(src.read_bytes()[:20])  # cut inside the ABSTRACT: no sentence is recoverable

@@ -7,11 +7,7 @@ from importance.readers import parse_file
 ELIFE = "sample/elife/elife00007.xml.gz"
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-def test_bad_inputs_become_rejects(repo_root):
+def test_bad_inputs_become_rejects(repo_root, of_kind):
     good = gzip.decompress((repo_root / ELIFE).read_bytes())
     cases = {
         "empty.xml": b"",
@@ -31,4 +27,4 @@ def test_bad_inputs_become_rejects(repo_root):
     assert "without DOI" in reasons["noid.xml"]
     # recoverable damage (an undefined entity) is parsed leniently, not rejected
     damaged = good.replace(b"</article-title>", b"&bogus;</article-title>", 1)
-    assert _kinds(list(parse_file("jats", "elife", "d.xml", damaged)), "paper")
+    assert of_kind(list(parse_file("jats", "elife", "d.xml", damaged)), "paper")

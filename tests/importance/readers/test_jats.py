@@ -11,22 +11,10 @@ from importance.sections import class_from_sec_type
 ELIFE = "sample/elife/elife00007.xml.gz"
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-DATA = "tests/data"
-
-
-def _parse(repo_root, fmt, name, source="x"):
-    p = repo_root / DATA / name
-    return list(parse_file(fmt, source, str(p), p.read_bytes()))
-
-
-def test_jats_elife_article(repo_root):
+def test_jats_elife_article(repo_root, of_kind):
     path = repo_root / ELIFE
     recs = list(parse_file("jats", "elife", str(path), path.read_bytes()))
-    paper = _kinds(recs, "paper")[0]
+    paper = of_kind(recs, "paper")[0]
     assert paper["paper_id"] == "doi:10.7554/elife.00007"
     assert paper["year"] == 2012 and paper["venue"] == "eLife"
     assert paper["fields"] == ["Genomics and evolutionary biology", "Plant biology"]
@@ -35,18 +23,18 @@ def test_jats_elife_article(repo_root):
     # Independent count with lxml: refs and bibr xref ids per top-level section class.
     root = etree.fromstring(gzip.decompress(path.read_bytes()))
     refs = root.findall("back/ref-list/ref")
-    assert len(_kinds(recs, "ref")) == len(refs) > 40
+    assert len(of_kind(recs, "ref")) == len(refs) > 40
     expected = Counter()
     for sec in root.find("body").findall("sec"):
         n = sum(len(x.get("rid").split()) for x in sec.iter("xref") if x.get("ref-type") == "bibr")
         expected[class_from_sec_type(sec.get("sec-type")) or "O"] += n
-    got = Counter(m["section_class"] for m in _kinds(recs, "mention"))
+    got = Counter(m["section_class"] for m in of_kind(recs, "mention"))
     assert got == +expected and got["I"] > 0 and got["R"] > 0 and got["D"] > 0
-    byref = {r["ref_key"]: r for r in _kinds(recs, "ref")}
+    byref = {r["ref_key"]: r for r in of_kind(recs, "ref")}
     assert byref["bib1"]["doi"] == "10.1111/j.1469-8137.2009.03046.x" and byref["bib1"]["year"] == 2009
 
 
-def test_jats_multi_rid_and_untitled_intro():
+def test_jats_multi_rid_and_untitled_intro(of_kind):
     xml = b"""<article><front><article-meta><article-id pub-id-type="pmid">42</article-id>
     <title-group><article-title>T</article-title></title-group></article-meta></front>
     <body><p>Intro text <xref ref-type="bibr" rid="r1 r2">1,2</xref></p>
@@ -56,21 +44,21 @@ def test_jats_multi_rid_and_untitled_intro():
     <pub-id pub-id-type="pmid">7</pub-id></element-citation></ref>
     <ref id="r2"><mixed-citation>no title</mixed-citation></ref></ref-list></back></article>"""
     recs = list(parse_file("jats", "pmc", "x.nxml", xml))
-    assert _kinds(recs, "paper")[0]["paper_id"] == "pmid:42"
-    ments = [(m["ref_key"], m["section_class"], m["position"]) for m in _kinds(recs, "mention")]
+    assert of_kind(recs, "paper")[0]["paper_id"] == "pmid:42"
+    ments = [(m["ref_key"], m["section_class"], m["position"]) for m in of_kind(recs, "mention")]
     assert ments == [("r1", "I", 0), ("r2", "I", 0), ("r2", "M", 1), ("r1", "R", 2)]
-    assert _kinds(recs, "ref")[0]["pmid"] == "7"
+    assert of_kind(recs, "ref")[0]["pmid"] == "7"
 
 
-def test_pmc_nxml_untitled_intro_and_nested_sections(repo_root):
-    recs = _parse(repo_root, "jats", "ehp-116-1694.nxml", "pmc")
-    (p,) = _kinds(recs, "paper")
+def test_pmc_nxml_untitled_intro_and_nested_sections(parse_data, of_kind, test_data):
+    recs = parse_data("jats", "ehp-116-1694.nxml", "pmc")
+    (p,) = of_kind(recs, "paper")
     assert p["paper_id"] == "doi:10.1289/ehp.11570" and p["year"] == 2008
-    root = etree.parse(str(repo_root / DATA / "ehp-116-1694.nxml")).getroot()
+    root = etree.parse(str(test_data / "ehp-116-1694.nxml")).getroot()
     body = root.find("body")
     n_xref = sum(len(x.get("rid").split()) for x in body.iter("xref") if x.get("ref-type") == "bibr")
-    ments = _kinds(recs, "mention")
-    assert len(ments) == n_xref and len(_kinds(recs, "ref")) == len(root.findall(".//ref-list/ref"))
+    ments = of_kind(recs, "mention")
+    assert len(ments) == n_xref and len(of_kind(recs, "ref")) == len(root.findall(".//ref-list/ref"))
     loose = sum(len(x.get("rid").split()) for c in body if c.tag != "sec"
                 for x in c.iter("xref") if x.get("ref-type") == "bibr")
     assert loose > 0 and Counter((m["section_title"], m["section_class"]) for m in ments)[(None, "I")] == loose
@@ -80,6 +68,6 @@ def test_pmc_nxml_untitled_intro_and_nested_sections(repo_root):
     <sec sec-type="methods"><title>Methods</title><sec><p><xref ref-type="bibr" rid="b">2</xref></p></sec></sec>
     <sec><p><xref ref-type="bibr" rid="a">1</xref></p></sec></body></article>"""
     recs = list(parse_file("jats", "pmc", "u.nxml", xml))
-    assert _kinds(recs, "paper")[0]["paper_id"] == "pmc:99"
-    assert [(m["ref_key"], m["section_class"], m["position"]) for m in _kinds(recs, "mention")] == [
+    assert of_kind(recs, "paper")[0]["paper_id"] == "pmc:99"
+    assert [(m["ref_key"], m["section_class"], m["position"]) for m in of_kind(recs, "mention")] == [
         ("a", "I", 0), ("b", "M", 1), ("a", "O", 2)]

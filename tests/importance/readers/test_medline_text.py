@@ -5,22 +5,10 @@ from importance.readers import parse_file
 from importance.readers.medline_text import parse_mesh
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-DATA = "tests/data"
-
-
-def _parse(repo_root, fmt, name, source="x"):
-    p = repo_root / DATA / name
-    return list(parse_file(fmt, source, str(p), p.read_bytes()))
-
-
-def test_medline_text(repo_root):
-    text = (repo_root / DATA / "mesh-papers-10.medline.txt").read_text()
-    recs = _parse(repo_root, "medline_text", "mesh-papers-10.medline.txt", "medline")
-    papers = _kinds(recs, "paper")
+def test_medline_text(parse_data, of_kind, test_data):
+    text = (test_data / "mesh-papers-10.medline.txt").read_text()
+    recs = parse_data("medline_text", "mesh-papers-10.medline.txt", "medline")
+    papers = of_kind(recs, "paper")
     assert [p["paper_id"] for p in papers] == ["pmid:" + x for x in re.findall(r"^PMID- (\d+)", text, re.M)]
     p = papers[0]
     assert p["title"] == ("Characterization of the mechanism of drug-drug interactions from PubMed using MeSH terms.")

@@ -7,28 +7,16 @@ from lxml import etree
 from importance.readers import parse_file
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-DATA = "tests/data"
-
-
-def _parse(repo_root, fmt, name, source="x"):
-    p = repo_root / DATA / name
-    return list(parse_file(fmt, source, str(p), p.read_bytes()))
-
-
-def test_medline_xml_efetch_file(repo_root):
-    recs = _parse(repo_root, "medline_xml", "pubmed-29768149.xml", "medline")
-    (p,) = _kinds(recs, "paper")
+def test_medline_xml_efetch_file(parse_data, of_kind, test_data):
+    recs = parse_data("medline_xml", "pubmed-29768149.xml", "medline")
+    (p,) = of_kind(recs, "paper")
     assert p["paper_id"] == "pmid:29768149" and "doi:10.1056/nejmoa1715274" in p["alt_ids"]
     assert p["title"] == "Inhaled Combined Budesonide-Formoterol as Needed in Mild Asthma."
     assert p["year"] == 2018 and p["venue"] == "The New England journal of medicine"
     assert p["abstract"].startswith("BACKGROUND: In patients with mild asthma") and "RESULTS: " in p["abstract"]
     assert p["authors"][0] == {"family": "O'Byrne", "given": "Paul M", "orcid": None}
     # Independent reading of the raw XML: UI, name, major (descriptor or any qualifier).
-    root = etree.parse(str(repo_root / DATA / "pubmed-29768149.xml")).getroot()
+    root = etree.parse(str(test_data / "pubmed-29768149.xml")).getroot()
     expected = []
     for mh in root.iter("MeshHeading"):
         d = mh.find("DescriptorName")
@@ -38,10 +26,10 @@ def test_medline_xml_efetch_file(repo_root):
     assert {m["name"] for m in p["mesh"] if m["major"]} >= {"Asthma", "Budesonide", "Terbutaline"}
 
 
-def test_medline_xml_current_format_and_bad_records(repo_root):
-    recs = _parse(repo_root, "medline_xml", "test_current_medline.xml.gz", "medline")
-    papers = _kinds(recs, "paper")
-    raw = gzip.decompress((repo_root / DATA / "test_current_medline.xml.gz").read_bytes())
+def test_medline_xml_current_format_and_bad_records(parse_data, of_kind, test_data):
+    recs = parse_data("medline_xml", "test_current_medline.xml.gz", "medline")
+    papers = of_kind(recs, "paper")
+    raw = gzip.decompress((test_data / "test_current_medline.xml.gz").read_bytes())
     pmids = re.findall(rb"<MedlineCitation[^>]*>\s*<PMID[^>]*>(\d+)<", raw)
     assert [p["paper_id"] for p in papers] == ["pmid:" + x.decode() for x in pmids] and len(papers) == 4
     back = next(p for p in papers if p["paper_id"] == "pmid:2930949")

@@ -2,15 +2,11 @@
 from importance.readers import parse_file
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-def test_pubmed_csv(repo_root):
+def test_pubmed_csv(repo_root, of_kind):
     path = repo_root / "sample/pubmed/dev-data-small.csv.gz"
     recs = list(parse_file("pubmed_csv", "pubmed", str(path), path.read_bytes()))
-    papers = _kinds(recs, "paper")
-    assert len(papers) == 200 and not _kinds(recs, "reject")
+    papers = of_kind(recs, "paper")
+    assert len(papers) == 200 and not of_kind(recs, "reject")
     p = papers[0]
     assert p["paper_id"] == "pmid:31594900" and p["has_fulltext"] is False
     assert p["mesh"][0] == {"ui": None, "name": "Africa South of the Sahara", "major": False, "tree_numbers": ["Z01.058.290"]}

@@ -8,32 +8,20 @@ from importance.readers.s2orc import norm_arxiv
 from importance.sections import class_from_heading
 
 
-def _kinds(recs, kind):
-    return [d for k, d in recs if k == kind]
-
-
-DATA = "tests/data"
-
-
-def _parse(repo_root, fmt, name, source="x"):
-    p = repo_root / DATA / name
-    return list(parse_file(fmt, source, str(p), p.read_bytes()))
-
-
-def test_unarxive_against_raw_json(repo_root):
-    raw = [json.loads(line) for line in (repo_root / DATA / "unarxive-4.jsonl").read_text().splitlines()]
-    recs = _parse(repo_root, "unarxive", "unarxive-4.jsonl", "unarxive")
-    papers = _kinds(recs, "paper")
+def test_unarxive_against_raw_json(parse_data, of_kind, test_data):
+    raw = [json.loads(line) for line in (test_data / "unarxive-4.jsonl").read_text().splitlines()]
+    recs = parse_data("unarxive", "unarxive-4.jsonl", "unarxive")
+    papers = of_kind(recs, "paper")
     assert [p["paper_id"] for p in papers] == [f"arxiv:{d['paper_id']}" for d in raw]
-    assert not _kinds(recs, "reject")
+    assert not of_kind(recs, "reject")
     for d in raw:
         pid = f"arxiv:{d['paper_id']}"
-        ments = [m for m in _kinds(recs, "mention") if m["citing_id"] == pid]
+        ments = [m for m in of_kind(recs, "mention") if m["citing_id"] == pid]
         n_spans = sum(len(p["cite_spans"]) for p in d["body_text"])
         assert len(ments) == n_spans
         assert Counter(m["ref_key"] for m in ments) == Counter(
             c["ref_id"] for p in d["body_text"] for c in p["cite_spans"])
-        refs = {r["ref_key"]: r for r in _kinds(recs, "ref") if r["citing_id"] == pid}
+        refs = {r["ref_key"]: r for r in of_kind(recs, "ref") if r["citing_id"] == pid}
         assert set(refs) == set(d["bib_entries"])
         for key, bib in d["bib_entries"].items():
             ids = bib.get("ids") or {}
@@ -46,31 +34,31 @@ def test_unarxive_against_raw_json(repo_root):
     assert [a["family"] for a in p0["authors"]] == [a[0] for a in raw[0]["metadata"]["authors_parsed"]]
     assert p0["year"] == 2022 and p0["has_fulltext"] is True and p0["fields"][0] == raw[0]["discipline"]
     # Sections: a mention in a paragraph whose own heading is "Introduction" is class I.
-    intro = [m for m in _kinds(recs, "mention") if (m["section_title"] or "").lower() == "introduction"]
+    intro = [m for m in of_kind(recs, "mention") if (m["section_title"] or "").lower() == "introduction"]
     assert intro and {m["section_class"] for m in intro} == {"I"}
     # Heading classes agree with the rules applied to the raw top-level section headings.
-    for m in _kinds(recs, "mention"):
+    for m in of_kind(recs, "mention"):
         if m["section_title"] and class_from_heading(m["section_title"]):
             assert m["section_class"] == class_from_heading(m["section_title"])
     # The paper with no body citations gives a paper row and nothing else.
-    assert not [m for m in _kinds(recs, "mention") if m["citing_id"] == "arxiv:2212.11739"]
+    assert not [m for m in of_kind(recs, "mention") if m["citing_id"] == "arxiv:2212.11739"]
 
 
-def test_unarxive_bad_lines_are_rejected_others_kept(repo_root):
-    lines = (repo_root / DATA / "unarxive-4.jsonl").read_bytes().splitlines()
+def test_unarxive_bad_lines_are_rejected_others_kept(of_kind, test_data):
+    lines = (test_data / "unarxive-4.jsonl").read_bytes().splitlines()
     data = b"\n".join([lines[0], lines[1][: len(lines[1]) // 2], b"[1, 2]", lines[2]]) + b"\n"
     recs = list(parse_file("s2orc", "unarxive", "bad.jsonl", data))
-    rej = _kinds(recs, "reject")
+    rej = of_kind(recs, "reject")
     assert [(r["record_id"], r["reason"].split(" on line")[0]) for r in rej] == [
         ("line 2", "invalid JSON"), ("line 3", "line 3 is not a JSON object")]
-    assert [p["paper_id"] for p in _kinds(recs, "paper")] == ["arxiv:2212.11827", "arxiv:2212.11825"]
+    assert [p["paper_id"] for p in of_kind(recs, "paper")] == ["arxiv:2212.11827", "arxiv:2212.11825"]
     gz = list(parse_file("s2orc", "unarxive", "t.jsonl.gz", gzip.compress(data)[:-30]))
-    assert _kinds(gz, "reject")[-1]["reason"].startswith("truncated or corrupt gzip")
+    assert of_kind(gz, "reject")[-1]["reason"].startswith("truncated or corrupt gzip")
     assert list(parse_file("s2orc", "unarxive", "e.jsonl", b"\n\n"))[0][1]["reason"] == "empty file"
     assert norm_arxiv("arXiv:hep-ph/0511200v2") == "hep-ph/0511200" and norm_arxiv("2104.06921v3") == "2104.06921"
 
 
-def test_s2orc_structured_bib_entries():
+def test_s2orc_structured_bib_entries(of_kind):
     # S2ORC pdf_parses shape: numeric S2 paper_id, structured bib entries with other_ids lists.
     doc = {"paper_id": "77499681", "metadata": {"title": "A study", "doi": None},
            "body_text": [{"section": "2.1 Experimental setup", "sec_number": None, "text": "as in [1]",
@@ -79,9 +67,9 @@ def test_s2orc_structured_bib_entries():
                {"first": "Ada", "middle": ["B"], "last": "Lovelace"}],
                "other_ids": {"DOI": ["10.1000/X.Y"], "PubMed": ["123"], "ArXiv": []}}}}
     recs = list(parse_file("s2orc", "s2orc", "s.jsonl", json.dumps(doc).encode()))
-    assert _kinds(recs, "paper")[0]["paper_id"] == "s2orc:77499681"
-    (ref,) = _kinds(recs, "ref")
+    assert of_kind(recs, "paper")[0]["paper_id"] == "s2orc:77499681"
+    (ref,) = of_kind(recs, "ref")
     assert (ref["title"], ref["year"], ref["doi"], ref["pmid"], ref["hint_id"]) == ("Prior work", 2001, "10.1000/x.y", "123", None)
     assert ref["authors"] == [{"family": "Lovelace", "given": "Ada B", "orcid": None}]
-    (m,) = _kinds(recs, "mention")
+    (m,) = of_kind(recs, "mention")
     assert (m["ref_key"], m["section_class"], m["position"]) == ("BIBREF0", "M", 0)

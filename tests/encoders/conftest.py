@@ -1,0 +1,96 @@
+"""What the encoder tests share: real PubMed records from the sample, a run with papers and
+triplets tables written by hand, and one torch thread for tiny batches."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from sciencemap.contracts import SCHEMAS, TRIPLETS_META_KEY
+from sciencemap.layout import RunLayout
+from sciencemap.storage import write_table_atomic
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    # Tiny batches gain nothing from intra-op threads, and on a loaded 2-core machine two
+    # threads that wait for each other are several times slower than one.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def records(sample_dir) -> list[dict]:
+    """40 PubMed papers (id, title, abstract) from the embedded sample."""
+    df = pd.read_csv(sample_dir / "pubmed" / "train-data-small.csv.gz", usecols=["Title", "abstractText", "pmid"],
+                     nrows=40)
+    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText} for r in df.itertuples()]
+
+
+@pytest.fixture(scope="session")
+def make_triplet_run():
+    """make(root, papers, triplets, meta=None) -> RunLayout with `papers` and `triplets` tables (no
+    triplets table for triplets=None);
+    triplets are (anchor, positive, negative, kind, split) tuples, `meta` the importance stage's
+    metadata stamped on the triplets table."""
+    def make(root: Path, papers: list[dict], triplets: list[tuple] | None, meta: dict | None = None) -> RunLayout:
+        layout = RunLayout(root)
+        root.mkdir(parents=True, exist_ok=True)
+        cols = {name: [r.get(name) for r in papers] for name in SCHEMAS["papers"].names}
+        write_table_atomic(pa.table(cols, schema=SCHEMAS["papers"]), layout.table("papers"))
+        if triplets is None:
+            return layout
+        names = SCHEMAS["triplets"].names
+        tbl = pa.table({n: [r[i] for r in triplets] for i, n in enumerate(names)}, schema=SCHEMAS["triplets"])
+        if meta is not None:
+            tbl = tbl.replace_schema_metadata({TRIPLETS_META_KEY: json.dumps(meta).encode()})
+        write_table_atomic(tbl, layout.table("triplets"))
+        return layout
+    return make
+
+
+@pytest.fixture(scope="session")
+def cyclic_run(make_triplet_run):
+    """cyclic(root, papers, anchors, train_anchors, hard_step, easy_step) -> RunLayout: anchor i has
+    positive i+1 and two triplets, a hard negative i+hard_step and an easy one i+easy_step (indices
+    modulo len(papers), as the importance stage writes two triplets sharing a positive); anchors
+    below train_anchors are train, the rest val."""
+    def build(root: Path, papers: list[dict], anchors: int, train_anchors: int, hard_step: int,
+              easy_step: int) -> RunLayout:
+        ids = [p["paper_id"] for p in papers]
+        n = len(ids)
+        rows = []
+        for i in range(anchors):
+            split = "train" if i < train_anchors else "val"
+            rows += [(ids[i], ids[(i + 1) % n], ids[(i + hard_step) % n], "hard", split),
+                     (ids[i], ids[(i + 1) % n], ids[(i + easy_step) % n], "easy", split)]
+        return make_triplet_run(root, papers, rows)
+    return build
+
+
+@pytest.fixture(scope="session")
+def steps_on_fixed_batch():
+    """steps(enc, objective, batch, n=4, lr=1e-4) -> (loss before, loss after, gradients reached
+    the weights): n real AdamW steps of `objective` on one micro-batch, losses in eval mode."""
+    def run(enc, objective, batch, n: int = 4, lr: float = 1e-4):
+        def eval_loss() -> float:
+            enc.model.eval()
+            with torch.inference_mode():
+                return float(objective.batch_loss(enc, batch))
+
+        before = eval_loss()
+        opt = torch.optim.AdamW(enc.model.parameters(), lr=lr)
+        enc.model.train()
+        for _ in range(n):
+            opt.zero_grad()
+            objective.batch_loss(enc, batch).backward()
+            opt.step()
+        reached = any(q.grad is not None and q.grad.abs().sum() > 0 for q in enc.model.parameters())
+        return before, eval_loss(), reached
+    return run

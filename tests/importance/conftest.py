@@ -1,0 +1,49 @@
+"""What the importance tests share: an independent reading of the CL-SciSumm test release in
+tests/data/clscisumm (the reader test and the ingest test check the same facts against it)."""
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+from lxml import etree
+
+from importance.readers.common import clean_ws
+from importance.sections import classify_section
+
+
+def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:
+    """Independent expectation: the SECTION holding each sid, via lxml XPath on a recovering parse."""
+    root = etree.fromstring(xml, etree.XMLParser(recover=True))
+    secs = root.findall("SECTION")
+    out = []
+    for sid in sids:
+        hit = [(i, s) for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
+        if hit:
+            title = clean_ws(hit[0][1].get("title"))
+            out.append((title, classify_section(None, title, hit[0][0])))
+        else:
+            out.append((None, "O"))
+    return out
+
+
+def _annotated_sids(folder, citing: str) -> list[str]:
+    """The citing sentence ids the annotation file gives for one citing paper."""
+    text = next((folder / "annotation").glob("*.txt")).read_text(errors="replace")
+    sids = []
+    for line in text.splitlines():
+        if re.search(rf"Citing Article:\s*{re.escape(citing)}\s*\|", line):
+            ctext = line.split("Citation Text:")[1].split("|")[0]
+            sids.append(re.findall(r'sid\s*=\s*"(\d+)"', ctext)[0])
+    return sids
+
+
+@pytest.fixture(scope="session")
+def clscisumm(test_data):
+    return SimpleNamespace(
+        root=test_data / "clscisumm",
+        reference="C98-1097",
+        citing=["C02-1033", "P04470", "P6230"],  # P04470 and P6230 are malformed (tag mismatch)
+        expected_sections=_expected_sections,
+        annotated_sids=_annotated_sids,
+    )
