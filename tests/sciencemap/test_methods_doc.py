@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "METHODS.md"
-README = ROOT / "README.md"
 SCANNED_SUFFIXES = (".py", ".md", ".toml", ".cfg")
 
 HEADING = re.compile(r"^(#{2,3}) §(\d+(?:\.\d+)?) +(\S.*?)\s*$")
@@ -74,15 +71,15 @@ def unresolved(text: str, sections: dict[str, str]) -> list[str]:
     return missing
 
 
-def scanned_files() -> list[Path]:
+def scanned_files(root: Path) -> list[Path]:
     """Tracked files plus new ones git does not ignore (so a citation fails before its commit)."""
     try:
         out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                             cwd=ROOT, capture_output=True, text=True, check=True).stdout
+                             cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout: the files to scan cannot be listed")
-    files = [ROOT / p for p in out.splitlines() if p.endswith(SCANNED_SUFFIXES)]
-    skip = {DOC.resolve(), Path(__file__).resolve()}  # the note itself; this file's made-up examples
+    files = [root / p for p in out.splitlines() if p.endswith(SCANNED_SUFFIXES)]
+    skip = {(root / "docs" / "METHODS.md").resolve(), Path(__file__).resolve()}  # the note itself; this file's made-up examples
     return [f for f in files if f.is_file() and f.resolve() not in skip]
 
 
@@ -110,11 +107,16 @@ def test_checker_flags_a_missing_section_and_a_missing_name():
 
 # ---------------------------------------------------------------- the note and its citations
 
-def test_note_numbers_its_sections_in_order():
+@pytest.fixture(scope="module")
+def doc(repo_root) -> Path:
+    return repo_root / "docs" / "METHODS.md"
+
+
+def test_note_numbers_its_sections_in_order(doc):
     """§1, §2, ... consecutively; each subsection §N.1, §N.2, ... sits under its own §N."""
-    assert DOC.is_file(), f"{DOC} is missing"
+    assert doc.is_file(), f"{doc} is missing"
     top, current, sub = 0, None, 0
-    for level, number, title in headings(DOC.read_text(encoding="utf-8")):
+    for level, number, title in headings(doc.read_text(encoding="utf-8")):
         if level == 2:
             assert number == str(top + 1), f"heading §{number} {title}: expected §{top + 1}"
             top, current, sub = top + 1, number, 0
@@ -124,27 +126,28 @@ def test_note_numbers_its_sections_in_order():
     assert top >= 7, "the note should have at least the sections §1-§7 the code cites"
 
 
-def test_every_cited_section_exists():
-    sections = doc_sections(DOC.read_text(encoding="utf-8"))
+def test_every_cited_section_exists(doc, repo_root):
+    sections = doc_sections(doc.read_text(encoding="utf-8"))
     problems, n_citations = [], 0
-    for path in scanned_files():
+    for path in scanned_files(repo_root):
         text = path.read_text(encoding="utf-8", errors="replace")
         n_citations += len(citations(text))
-        problems += [f"{path.relative_to(ROOT)} {msg}" for msg in unresolved(text, sections)]
+        problems += [f"{path.relative_to(repo_root)} {msg}" for msg in unresolved(text, sections)]
     assert n_citations > 0, "no 'METHODS.md §N' citation found at all: is the scan broken?"
     assert not problems, "citations of docs/METHODS.md that it cannot answer:\n" + "\n".join(problems)
 
 
-def test_readme_links_to_the_note():
+def test_readme_links_to_the_note(doc, repo_root):
     """The README links to docs/METHODS.md, and every link (or `path/…/METHODS.md` code span) to
     it resolves: the path leads to the note and an #anchor, if any, names one of its headings."""
-    text = README.read_text(encoding="utf-8")
+    readme = repo_root / "README.md"
+    text = readme.read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)\s]*METHODS\.md(?:#[^)\s]*)?)\)", text)
     assert targets, "README.md has no link to docs/METHODS.md"
     targets += re.findall(r"`([^`\s]*/METHODS\.md(?:#[^`\s]*)?)`", text)
-    anchors = {github_anchor(line.lstrip("#")) for line in DOC.read_text(encoding="utf-8").splitlines()
+    anchors = {github_anchor(line.lstrip("#")) for line in doc.read_text(encoding="utf-8").splitlines()
                if line.startswith("#")}
     for target in targets:
         path, _, anchor = target.partition("#")
-        assert (README.parent / path).resolve() == DOC.resolve(), f"README points to {target}, not docs/METHODS.md"
+        assert (readme.parent / path).resolve() == doc.resolve(), f"README points to {target}, not docs/METHODS.md"
         assert not anchor or anchor in anchors, f"README links to #{anchor}, which no heading of docs/METHODS.md gives"
