@@ -50,11 +50,12 @@ class InputPlan:
         """Rows [lo, hi) in input order, reading only the row groups that overlap."""
         parts, start = [], 0
         for f, groups in zip(self.files, self.row_groups):
-            g_start = start
+            g_start, reader = start, None
             for g, n in enumerate(groups):
                 g_end = g_start + n
                 if g_end > lo and g_start < hi:
-                    t = pq.ParquetFile(f).read_row_group(g, columns=columns)
+                    reader = reader or pq.ParquetFile(f)  # one footer read per file, not per row group
+                    t = reader.read_row_group(g, columns=columns)
                     a, b = max(lo, g_start) - g_start, min(hi, g_end) - g_start
                     parts.append(t.slice(a, b - a))
                 g_start = g_end
@@ -80,18 +81,17 @@ def plan_input(path: Path) -> InputPlan:
     duplicate rows (a paper_id seen on an earlier row) and a hash of all ids for the fingerprint.
     Memory: 17 bytes per row (two 64-bit hashes + a flag), not the texts."""
     files = table_files(require_table(path, "run the ingest stage first"))
-    groups, described = [], []
-    for f in files:
-        md = pq.ParquetFile(f).metadata
-        missing = set(PAPER_COLUMNS) - set(pq.ParquetFile(f).schema_arrow.names)
+    groups, described, h1s, h2s, valids = [], [], [], [], []
+    for f in files:  # one open per file: footer, schema check, then its paper_id column
+        reader = pq.ParquetFile(f)
+        md = reader.metadata
+        missing = set(PAPER_COLUMNS) - set(reader.schema_arrow.names)
         if missing:
             raise UserError(f"{f} lacks column(s) {sorted(missing)}; the papers table must have "
                             "paper_id, title and abstract (re-run the ingest stage)")
         groups.append([md.row_group(g).num_rows for g in range(md.num_row_groups)])
         described.append([str(f.relative_to(path)) if f != path else f.name, f.stat().st_size, md.num_rows])
-    h1s, h2s, valids = [], [], []
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=1 << 16, columns=["paper_id"]):
+        for batch in reader.iter_batches(batch_size=1 << 16, columns=["paper_id"]):
             a, b, v = _id_hashes(batch.column(0))
             h1s.append(a), h2s.append(b), valids.append(v)
     h1 = np.concatenate(h1s) if h1s else np.zeros(0, np.uint64)
