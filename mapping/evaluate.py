@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from sciencemap.config import setting
-from sciencemap.embeddings import load_embeddings
+from sciencemap.embeddings import load_embedding_ids
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_text_atomic
@@ -213,7 +213,7 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     extra = 0
     if layout.embeddings_dir.exists():
         try:
-            ids, _ = load_embeddings(layout)
+            ids = load_embedding_ids(layout)
             extra = int(len(set(ids) - set(graph.ids)))
         except UserError:
             pass

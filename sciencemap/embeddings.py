@@ -43,10 +43,8 @@ def read_manifest(d: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """(paper ids as an object array, float32 matrix n x dim) of a finished embed run, in shard
-    (= input) order. float16 shards are widened to float32."""
-    d = embeddings_dir(where)
+def _shards(d: Path) -> tuple[list[Path], int | None]:
+    """The shard files to read, in order, and the manifest's dim (None without a manifest)."""
     if (d / EMBEDDINGS_MANIFEST).is_file():
         m = read_manifest(d)
         if not m.get("complete"):
@@ -57,13 +55,33 @@ def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, n
         if missing:
             raise UserError(f"embedding shards {missing[:3]} listed in {d / EMBEDDINGS_MANIFEST} are missing; "
                             "re-run the embed stage")
-        dim = int(m["dim"])
-    else:
-        shards = sorted(d.glob("part-*.parquet"))
-        if not shards:
-            raise UserError(f"no embeddings in {d} (neither {EMBEDDINGS_MANIFEST} nor part-*.parquet); "
-                            "run the embed stage first")
-        dim = None
+        return shards, int(m["dim"])
+    shards = sorted(d.glob("part-*.parquet"))
+    if not shards:
+        raise UserError(f"no embeddings in {d} (neither {EMBEDDINGS_MANIFEST} nor part-*.parquet); "
+                        "run the embed stage first")
+    return shards, None
+
+
+def _unique(pid: np.ndarray, d: Path) -> np.ndarray:
+    if len(np.unique(pid)) != len(pid):
+        raise UserError(f"duplicate paper_id values in {d}; remove stale shards and re-run the embed stage")
+    return pid
+
+
+def load_embedding_ids(where: RunLayout | str | os.PathLike) -> np.ndarray:
+    """The paper ids of a finished embed run (object array, shard order), without the vectors."""
+    d = embeddings_dir(where)
+    shards, _ = _shards(d)
+    ids = [pq.read_table(s, columns=["paper_id"]).column("paper_id").to_numpy(zero_copy_only=False) for s in shards]
+    return _unique(np.concatenate(ids).astype(object) if ids else np.zeros(0, object), d)
+
+
+def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """(paper ids as an object array, float32 matrix n x dim) of a finished embed run, in shard
+    (= input) order. float16 shards are widened to float32."""
+    d = embeddings_dir(where)
+    shards, dim = _shards(d)
     ids, blocks = [], []
     for s in shards:
         t = pq.read_table(s, columns=["paper_id", "vector"])
@@ -76,8 +94,6 @@ def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, n
         flat = col.flatten().to_numpy(zero_copy_only=False)
         blocks.append(np.asarray(flat, dtype=np.float32).reshape(len(t), dim))
         ids.append(t.column("paper_id").to_numpy(zero_copy_only=False))
-    pid = np.concatenate(ids).astype(object) if ids else np.zeros(0, object)
+    pid = _unique(np.concatenate(ids).astype(object) if ids else np.zeros(0, object), d)
     X = np.ascontiguousarray(np.concatenate(blocks)) if blocks else np.zeros((0, dim or 0), np.float32)
-    if len(np.unique(pid)) != len(pid):
-        raise UserError(f"duplicate paper_id values in {d}; remove stale shards and re-run the embed stage")
     return pid, X

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sciencemap.contracts import EMBEDDINGS_MANIFEST, embeddings_schema
-from sciencemap.embeddings import load_embeddings, shard_name
+from sciencemap.embeddings import load_embedding_ids, load_embeddings, shard_name
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 
@@ -57,6 +57,16 @@ def test_an_incomplete_or_broken_manifest_is_a_user_error(run):
     m.write_text(json.dumps({"complete": True, "n_shards": 2, "dim": 8}))
     with pytest.raises(UserError, match="fixed-size list of 8"):
         load_embeddings(layout)
+
+
+def test_ids_alone_read_the_same_shards_and_refuse_the_same_runs(run):
+    layout, ids, _ = run
+    _write_shard(layout.embeddings_dir / shard_name(2), ["p:stale"], np.zeros((1, 4), np.float32))
+    assert load_embedding_ids(layout).tolist() == ids                  # the manifest's shards only
+    m = json.loads((layout.embeddings_dir / EMBEDDINGS_MANIFEST).read_text())
+    (layout.embeddings_dir / EMBEDDINGS_MANIFEST).write_text(json.dumps({**m, "complete": False}))
+    with pytest.raises(UserError, match="incomplete"):
+        load_embedding_ids(layout)
 
 
 def test_float16_shards_are_widened(tmp_path):
