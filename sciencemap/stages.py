@@ -13,7 +13,7 @@ name with a factory; the runner closes such resources when the pipeline ends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
@@ -62,7 +62,6 @@ class Stage:
     show: Callable[[dict], str] | None = None
     creates_run: bool = False       # the stage may start a new run directory (ingest, generate)
     in_pipeline: bool = True        # False: a job of its own only (e.g. the synthetic corpus generator)
-    extra: dict = field(default_factory=dict)
 
 
 _registered: dict[str, Stage] = {}
