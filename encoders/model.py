@@ -26,7 +26,6 @@ from sciencemap.runtime import UserError
 from sciencemap.text import paper_text  # noqa: F401  (re-exported)
 
 from encoders.config import DEFAULT_MODEL, POOLINGS, PRECISIONS  # noqa: F401  (re-exported)
-SCIENCEMAP_JSON = MODEL_CARD  # our metadata file inside a saved model directory
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -69,7 +68,7 @@ def model_hash(model_dir: str | os.PathLike) -> str:
 
 def default_pooling(model_dir: Path) -> str:
     """Pooling recorded with the model (ours, then sentence-transformers'), else mean."""
-    meta = model_dir / SCIENCEMAP_JSON
+    meta = model_dir / MODEL_CARD
     if meta.is_file():
         pooling = json.loads(meta.read_text()).get("pooling")
         if pooling in POOLINGS:

@@ -1,13 +1,12 @@
 """Reading the inputs the mapping stages share: the papers table and unit-length vectors.
 
-Embeddings are read by the one reader, sciencemap.embeddings.load_embeddings (re-exported here for
-older callers); it reads the shards with pyarrow, so this package does not import torch.
+Embeddings are read by the one reader, sciencemap.embeddings.load_embeddings (pyarrow only, so
+this package does not import torch).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from sciencemap.embeddings import load_embeddings  # noqa: F401  (re-exported)
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table
 

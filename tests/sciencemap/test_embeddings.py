@@ -98,6 +98,7 @@ def test_without_a_manifest_every_part_file_is_read(tmp_path):
 
 
 def test_mapping_reads_through_the_same_reader():
-    import mapping.io
+    import mapping.knn
+    import mapping.render
 
-    assert mapping.io.load_embeddings is load_embeddings
+    assert mapping.knn.load_embeddings is load_embeddings and mapping.render.load_embeddings is load_embeddings
