@@ -50,7 +50,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from encoders.objectives import OBJECTIVES
+from encoders.config import TrainConfig
+from encoders.objectives import OBJECTIVES, get_objective
+from encoders.objectives.triplet import DEFAULT_MARGIN
 from sciencemap.contracts import SPLIT_VAL
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table, write_json_atomic, write_text_atomic
@@ -62,9 +64,13 @@ ELIFE_TAR = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
 SCISUMM_TAR = DATA / "cl-scisumm" / "scisummnet-2019.tar.gz"
 SCISUMM_SUB = "data/Training-Set-2019/Task1/From-ScisummNet-2019"
 T0 = time.time()
-DEFAULT_LR, DEFAULT_MARGIN = 2e-5, 1.0  # the seed recipe (encoders.train.TrainConfig)
-DEFAULT_SCALE = 20.0                    # encoders.config.TrainConfig.in_batch_scale
-COSINE_OBJECTIVES = ("in_batch",)       # trained on cosine: evaluated on normalised vectors
+DEFAULT_LR = TrainConfig.lr                 # the seed recipe's
+DEFAULT_SCALE = TrainConfig.in_batch_scale
+
+
+def trained_on_cosine(objective: str) -> bool:
+    """Evaluate under the objective's own score: cosine-trained models on unit vectors."""
+    return get_objective(objective).score_name == "cosine"
 
 
 def say(msg: str) -> None:
@@ -473,7 +479,7 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
               f"(a) cite: {q['cite']} held-out anchors (val split, never trained on; a seeded sample of at most "
               f"{args.max_queries} of the {data.get('cite_eligible', {}).get('cite')} with ≥1 cited paper that has text); "
               f"candidates = ≤{args.max_rel} cited (relevant) + ≤{args.n_neg} random uncited papers cited elsewhere in the same source; "
-              f"L2 ranking (cosine for {', '.join(COSINE_OBJECTIVES)} models). cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
+              f"L2 ranking (cosine for {', '.join(o for o in OBJECTIVES if trained_on_cosine(o))} models). cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
               f"(b) eLife research articles, first heading subject, classes ≥10 papers: n={data.get('cls_n')}, "
               f"{data.get('cls_classes')} classes; LinearSVC, C∈1e-4..1e2, 3-fold CV.",
               f"(c) {data.get('mesh_n')} PubMed records with MeSH; exact 20-NN cosine graph, Leiden CPM "
@@ -560,7 +566,7 @@ def main() -> None:
             continue
         else:
             t = time.time()
-            per_model[name] = evaluate_model(args, spec, ev, mv, cosine=objective in COSINE_OBJECTIVES)
+            per_model[name] = evaluate_model(args, spec, ev, mv, cosine=trained_on_cosine(objective))
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
             _mark(cache, cached)
