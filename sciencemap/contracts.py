@@ -77,13 +77,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("anchor_id", pa.string()), ("positive_id", pa.string()), ("negative_id", pa.string()),
         ("negative_kind", pa.string()), ("split", pa.string()),
     ]),
-    # Directed kNN lists: each paper's k nearest neighbours by cosine, rank 1 = nearest.
+    # Directed kNN lists: each paper's k nearest neighbours by cosine, rank 1 = nearest. src and
+    # dst are row numbers of the run's vector store (sciencemap.vectors: `vectors/ids.parquet`
+    # names the paper of each row), 14 bytes an edge instead of ~70 with two id strings.
     "edges": pa.schema([
-        ("src", pa.string()), ("dst", pa.string()), ("similarity", pa.float32()), ("rank", pa.int16()),
+        ("src", pa.int32()), ("dst", pa.int32()), ("similarity", pa.float32()), ("rank", pa.int16()),
     ]),
-    # Cluster membership per resolution (CPM resolution gamma).
+    # Cluster membership per resolution (CPM resolution gamma); row = the paper's vector-store row.
     "clusters": pa.schema([
-        ("paper_id", pa.string()), ("resolution", pa.float64()), ("cluster", pa.int32()),
+        ("paper_id", pa.string()), ("row", pa.int32()), ("resolution", pa.float64()), ("cluster", pa.int32()),
     ]),
     # One row per topic (cluster) per resolution, with its 2-D layout and overlays.
     "topics": pa.schema([
@@ -111,6 +113,15 @@ EMBEDDINGS_MANIFEST = "manifest.json"
 EMBEDDINGS_FORMAT = 2                 # manifest format version
 EMBEDDING_SHARD_META_KEY = b"sciencemap"  # per-shard record in each shard file's schema metadata
 EMBEDDING_DTYPES = ("float32", "float16")
+
+# The mapping stages' vector store (sciencemap.vectors): a memory-mapped .npy matrix of unit rows,
+# the paper id of each row, and a JSON record (rows, dim, dtype, source fingerprint).
+VECTORS_MATRIX = "vectors.npy"
+VECTORS_IDS = "ids.parquet"
+VECTORS_META = "meta.json"
+VECTORS_DTYPES = ("float32", "float16")
+# Parquet key-value metadata of the edges table: the kNN settings and figures (index, recall@k...).
+EDGES_META_KEY = b"sciencemap.knn"
 
 # A saved model directory holds the Hugging Face files plus this card of ours (pooling, base model,
 # objective, training settings and validation figures).

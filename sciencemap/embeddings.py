@@ -43,7 +43,7 @@ def read_manifest(d: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _shards(d: Path) -> tuple[list[Path], int | None]:
+def embedding_shards(d: Path) -> tuple[list[Path], int | None]:
     """The shard files to read, in order, and the manifest's dim (None without a manifest)."""
     if (d / EMBEDDINGS_MANIFEST).is_file():
         m = read_manifest(d)
@@ -72,7 +72,7 @@ def _unique(pid: np.ndarray, d: Path) -> np.ndarray:
 def load_embedding_ids(where: RunLayout | str | os.PathLike) -> np.ndarray:
     """The paper ids of a finished embed run (object array, shard order), without the vectors."""
     d = embeddings_dir(where)
-    shards, _ = _shards(d)
+    shards, _ = embedding_shards(d)
     ids = [pq.read_table(s, columns=["paper_id"]).column("paper_id").to_numpy(zero_copy_only=False) for s in shards]
     return _unique(np.concatenate(ids).astype(object) if ids else np.zeros(0, object), d)
 
@@ -81,7 +81,7 @@ def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, n
     """(paper ids as an object array, float32 matrix n x dim) of a finished embed run, in shard
     (= input) order. float16 shards are widened to float32."""
     d = embeddings_dir(where)
-    shards, dim = _shards(d)
+    shards, dim = embedding_shards(d)
     ids, blocks = [], []
     for s in shards:
         t = pq.read_table(s, columns=["paper_id", "vector"])

@@ -27,6 +27,16 @@ class RunLayout:
         return self.root / "embeddings"
 
     @property
+    def vectors_dir(self) -> Path:
+        """The mapping stages' memory-mapped unit vectors (sciencemap.vectors)."""
+        return self.root / "vectors"
+
+    @property
+    def knn_work_dir(self) -> Path:
+        """The kNN search's per-query-block results while it runs (kept until the edges are written)."""
+        return self.root / "knn_work"
+
+    @property
     def map_png(self) -> Path:
         return self.root / "map.png"
 

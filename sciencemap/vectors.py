@@ -1,0 +1,152 @@
+"""The mapping stages' vectors: one memory-mapped matrix of unit rows, paper ids kept once beside it.
+
+The embed stage writes Parquet shards (sciencemap.embeddings); the mapping stages need random
+access to n × d unit vectors without holding them in memory (33M × 768 float32 is 101 GB). So the
+first mapping stage converts the shards, shard by shard, into a run's `vectors/` directory:
+
+- `vectors.npy`: an n × d NumPy array (float32 or float16, chosen by the caller and recorded),
+  rows L2-normalised at write time (a zero row stays zero), opened with `np.load(mmap_mode="r")`;
+- `ids.parquet`: one column `paper_id`, row i = the paper of matrix row i (= shard order);
+- `meta.json` (contracts.VECTORS_META): rows, dim, dtype, normalised, and the source fingerprint
+  (the shards' names, sizes and modification times), so a changed embed run is converted again.
+
+Row numbers are the integer ids every later table uses (edges, clusters).
+Memory: one shard's vectors at a time, plus the id hash set of the duplicate check.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sciencemap.contracts import VECTORS_DTYPES, VECTORS_IDS, VECTORS_MATRIX, VECTORS_META
+from sciencemap.embeddings import embedding_shards, embeddings_dir
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
+from sciencemap.storage import atomic_dir, write_json_atomic
+
+FORMAT = 1
+
+
+def unit_rows(X: np.ndarray) -> np.ndarray:
+    """Unit rows (float32); zero rows stay zero."""
+    X = np.asarray(X, dtype=np.float32)
+    n = np.linalg.norm(X, axis=1, keepdims=True)
+    return X / np.where(n > 0, n, 1.0)
+
+
+@dataclass
+class Vectors:
+    """An opened vector store: `X` is the read-only memory map (n × dim, unit rows)."""
+    path: Path
+    X: np.ndarray
+    meta: dict
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.X.shape[1])
+
+    def ids(self) -> np.ndarray:
+        """Paper ids in row order (object array); read on demand, it is the big part at scale."""
+        return pq.read_table(self.path / VECTORS_IDS).column("paper_id").to_numpy(zero_copy_only=False)
+
+    def ids_arrow(self) -> pa.Array:
+        return pq.read_table(self.path / VECTORS_IDS).column("paper_id").combine_chunks()
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """Rows lo..hi as a float32 array (widened from float16), the form FAISS and BLAS take."""
+        return np.ascontiguousarray(self.X[lo:hi], dtype=np.float32)
+
+
+def source_fingerprint(shards: list[Path]) -> str:
+    h = hashlib.sha256()
+    for s in shards:
+        st = s.stat()
+        h.update(f"{s.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _read_meta(d: Path) -> dict | None:
+    try:
+        return json.loads((d / VECTORS_META).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def open_vectors(where: RunLayout | str | os.PathLike) -> Vectors:
+    """Open a finished vector store (a RunLayout, or the `vectors/` directory itself)."""
+    d = where.vectors_dir if isinstance(where, RunLayout) else Path(where)
+    meta = _read_meta(d)
+    if meta is None or not (d / VECTORS_MATRIX).is_file():
+        raise UserError(f"no vectors in {d}; run the knn stage (it converts the embeddings) first")
+    X = np.load(d / VECTORS_MATRIX, mmap_mode="r")
+    if X.shape != (meta["rows"], meta["dim"]):
+        raise UserError(f"{d / VECTORS_MATRIX} has shape {X.shape}, its {VECTORS_META} says "
+                        f"({meta['rows']}, {meta['dim']}); re-run the knn stage")
+    return Vectors(d, X, meta)
+
+
+def ensure_vectors(layout: RunLayout, dtype: str = "float32", log=None) -> Vectors:
+    """The run's vector store, converted from its embeddings when missing or out of date."""
+    if dtype not in VECTORS_DTYPES:
+        raise UserError(f"vector dtype {dtype!r} is unknown; use one of {', '.join(VECTORS_DTYPES)}")
+    src = embeddings_dir(layout)
+    shards, _ = embedding_shards(src)
+    fingerprint = source_fingerprint(shards)
+    d = layout.vectors_dir
+    meta = _read_meta(d)
+    if meta and meta.get("source") == fingerprint and meta.get("dtype") == dtype \
+            and meta.get("format") == FORMAT and (d / VECTORS_MATRIX).is_file():
+        return open_vectors(d)
+    write_vectors(shards, d, dtype, fingerprint, log)
+    return open_vectors(d)
+
+
+def write_vectors(shards: list[Path], dest: Path, dtype: str, fingerprint: str, log=None) -> dict:
+    """Two passes over the shards: ids (count, duplicate check), then vectors block by block."""
+    rows, dim = 0, None
+    for s in shards:
+        schema = pq.read_schema(s)
+        vt = schema.field("vector").type
+        if not pa.types.is_fixed_size_list(vt) or (dim is not None and vt.list_size != dim):
+            raise UserError(f"{s}: column 'vector' must be a fixed-size list of one dim for every shard; "
+                            "shards come from different runs: re-run the embed stage")
+        dim = vt.list_size
+        rows += pq.ParquetFile(s).metadata.num_rows
+    if dim is None:
+        raise UserError(f"no embedding shards in {shards}")
+    with atomic_dir(dest) as tmp:
+        ids_writer = pq.ParquetWriter(tmp / VECTORS_IDS, pa.schema([("paper_id", pa.string())]))
+        X = np.lib.format.open_memmap(tmp / VECTORS_MATRIX, mode="w+", dtype=np.dtype(dtype), shape=(rows, dim))
+        at = 0
+        for s in shards:
+            t = pq.read_table(s, columns=["paper_id", "vector"])
+            ids = t.column("paper_id").combine_chunks()
+            ids_writer.write_table(pa.table({"paper_id": ids}))
+            flat = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            X[at:at + len(t)] = unit_rows(flat.reshape(len(t), dim))
+            at += len(t)
+            if log:
+                log(f"vectors: {at:,}/{rows:,} rows converted")
+        ids_writer.close()
+        X.flush()
+        del X
+        all_ids = pq.read_table(tmp / VECTORS_IDS).column("paper_id")
+        if pc.count_distinct(all_ids).as_py() != len(all_ids):
+            raise UserError(f"duplicate paper_id values in {shards[0].parent}; remove stale shards and "
+                            "re-run the embed stage")
+        meta = {"format": FORMAT, "rows": rows, "dim": dim, "dtype": dtype, "normalised": True,
+                "source": fingerprint, "source_dir": str(shards[0].parent)}
+        write_json_atomic(tmp / VECTORS_META, meta)
+    return meta
