@@ -1,27 +1,43 @@
-"""kNN graph with real FAISS: exact neighbour lists, no self-edges, IVF recall."""
+"""kNN graph with real FAISS: exact neighbour lists (whole and tiled), no self-edges, IVF-SQ8/PQ with
+re-ranking and its recall, the resumable block search, the edges contract."""
 from __future__ import annotations
 
+import faiss
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from sciencemap.storage import read_table
-from mapping.io import l2_normalise
-from mapping.knn import KnnConfig, knn_edges, run_knn
+from sciencemap.contracts import EDGES_META_KEY, SCHEMAS
+from sciencemap.runtime import UserError
+from sciencemap.storage import read_json_metadata, read_table, table_files
+from sciencemap.vectors import open_vectors, unit_rows
+from mapping.knn import KnnConfig, exact_topk, gpu_count, knn_edges, recall_rows, run_knn
 
 
 def brute_knn(X, k):
-    Xn = l2_normalise(X)
+    Xn = unit_rows(X)
     S = Xn @ Xn.T
     np.fill_diagonal(S, -np.inf)
     idx = np.argsort(-S, axis=1, kind="stable")[:, :k]
     return idx, np.take_along_axis(S, idx, axis=1)
 
 
+def lists(src, dst, n, k):
+    """(n, k) neighbour rows from flat edge arrays in any order (rank order is dst order per src)."""
+    order = np.lexsort((np.arange(len(src)), src))
+    return dst[order].reshape(n, k)
+
+
+def edges_of(layout):
+    t = read_table(layout.table("edges"))
+    return {c: t.column(c).to_numpy() for c in t.column_names}
+
+
 def test_flat_knn_matches_bruteforce():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(300, 16)).astype(np.float32)
     k = 7
-    summary, src, dst, sim, rank = knn_edges(l2_normalise(X), KnnConfig(k=k, index="flat"))
+    summary, src, dst, sim, rank = knn_edges(unit_rows(X), KnnConfig(k=k, index="flat"))
     assert summary["index"] == "flat" and summary["edges"] == 300 * k
     assert not np.any(src == dst), "self-matches must be dropped"
     assert np.array_equal(np.bincount(src, minlength=300), np.full(300, k))
@@ -34,21 +50,167 @@ def test_flat_knn_matches_bruteforce():
     assert np.array_equal(rank[order].reshape(300, k), np.tile(np.arange(1, k + 1), (300, 1)))
 
 
+def test_tiled_exact_equals_one_flat_index():
+    """Query blocks × database tiles (short last tile included) give IndexFlatIP's lists over all vectors."""
+    rng = np.random.default_rng(5)
+    X = unit_rows(rng.normal(size=(1000, 24)))
+    k = 9
+    _, src, dst, sim, _ = knn_edges(X, KnnConfig(k=k, index="flat", db_block=97, block_size=130))
+    index = faiss.IndexFlatIP(24)
+    index.add(X)
+    D, I = index.search(X, k + 1)
+    assert np.array_equal(I[:, 0], np.arange(1000))            # no duplicates: each row finds itself first
+    assert np.array_equal(lists(src, dst, 1000, k), I[:, 1:])
+    np.testing.assert_allclose(lists(src, sim, 1000, k), D[:, 1:], atol=1e-6)
+
+
 def test_duplicates_never_create_self_edges():
     X = np.repeat(np.random.default_rng(0).normal(size=(5, 8)), 6, axis=0).astype(np.float32)  # 6 copies each
-    _, src, dst, _, rank = knn_edges(l2_normalise(X), KnnConfig(k=3, index="flat"))
+    for cfg in (KnnConfig(k=3, index="flat"), KnnConfig(k=3, index="flat", db_block=7, block_size=4)):
+        _, src, dst, _, rank = knn_edges(unit_rows(X), cfg)
+        assert not np.any(src == dst)
+        assert np.array_equal(np.bincount(src, minlength=30), np.full(30, 3))
+
+
+def test_exact_topk_by_tiles_equals_bruteforce():
+    rng = np.random.default_rng(8)
+    X = unit_rows(rng.normal(size=(5000, 20)))
+    rows = recall_rows(5000, 40, seed=1)
+    D, I = exact_topk(X, rows, 11)
+    S = X[rows] @ X.T
+    ref = np.argsort(-S, axis=1, kind="stable")[:, :11]
+    assert np.array_equal(I, ref)
+    np.testing.assert_allclose(D, np.take_along_axis(S, ref, axis=1), atol=1e-6)
+
+
+def test_ivf_sq8_reranked_recall_and_edges_contract(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=8, per=250, dim=32, noise=0.4)
+    k = 10
+    s = run_knn(KnnConfig(k=k, index="ivf_sq8", nprobe=6, recall_queries=300), layout)
+    n = 2000
+    assert s["index"] == "ivf_sq8" and s["papers"] == n and s["recall_queries"] == 300
+    assert s["recall_at_k"] >= 0.95
+    assert not layout.knn_work_dir.exists(), "knn_work is removed once the edges are written"
+    # contract: int32 rows, float32 similarity, int16 rank, the summary in every part's metadata
+    for part in table_files(layout.table("edges")):
+        schema = pq.read_schema(part)
+        assert schema.remove_metadata() == SCHEMAS["edges"]
+        assert EDGES_META_KEY in schema.metadata
+    meta = read_json_metadata(layout.table("edges"), EDGES_META_KEY)
+    assert meta["recall_at_k"] == s["recall_at_k"] and meta["edges"] == s["edges"] == n * k
+    e = edges_of(layout)
+    assert not np.any(e["src"] == e["dst"])
+    X = np.asarray(open_vectors(layout).X)
+    # re-ranked: each similarity is the exact dot product of the two rows, ranks in descending order
+    np.testing.assert_allclose(e["similarity"], np.einsum("ij,ij->i", X[e["src"]], X[e["dst"]]), atol=1e-5)
+    got = lists(e["src"], e["dst"], n, k)
+    # the reported recall equals a brute-force recomputation on the same seeded rows
+    rows = recall_rows(n, 300, seed=0)
+    S = X[rows] @ X.T
+    S[np.arange(len(rows)), rows] = -np.inf
+    truth = np.argsort(-S, axis=1, kind="stable")[:, :k]
+    recall = np.mean([len(set(truth[i]) & set(got[r])) / k for i, r in enumerate(rows)])
+    assert s["recall_at_k"] == pytest.approx(recall, abs=1e-4)
+    # one list visited of 51: recall drops, and the measurement sees it
+    s1 = run_knn(KnnConfig(k=k, index="ivf_sq8", nprobe=1, rerank_factor=1, recall_queries=300), layout)
+    e1 = edges_of(layout)
+    assert len(e1["src"]) == s1["edges"] <= n * k  # a list may run short of k+1 candidates
+    got1 = np.split(e1["dst"], np.searchsorted(e1["src"], np.arange(1, n)))
+    recall1 = np.mean([len(set(truth[i]) & set(got1[r])) / k for i, r in enumerate(rows)])
+    assert s1["recall_at_k"] == pytest.approx(recall1, abs=1e-4) and s1["recall_at_k"] < s["recall_at_k"]
+
+
+def test_ivf_pq_and_ivf_flat_report_recall(clustered_vectors):
+    X, _ = clustered_vectors(6, 300, 32, 0.3)
+    X = unit_rows(X)
+    s_flat, *_ = knn_edges(X, KnnConfig(k=10, index="ivf_flat", nlist=6, nprobe=6, recall_queries=200))
+    assert s_flat["recall_at_k"] == pytest.approx(1.0)  # nprobe = nlist: every list visited = exact
+    s_pq, src, dst, _, _ = knn_edges(X, KnnConfig(k=10, index="ivf_pq", pq_m=8, nprobe=8, rerank_factor=5,
+                                                  recall_queries=200))
+    assert s_pq["index"] == "ivf_pq" and s_pq["pq_m"] == 8 and 0.5 <= s_pq["recall_at_k"] <= 1.0
     assert not np.any(src == dst)
-    assert np.array_equal(np.bincount(src, minlength=30), np.full(30, 3))
 
 
-def test_ivf_reports_recall_on_clustered_data(tmp_path, make_run):
-    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=24, noise=0.2)
-    s = run_knn(KnnConfig(k=10, index="ivf", nlist=6, nprobe=6, recall_queries=100), layout)
-    assert s["index"] == "ivf"
-    assert s["recall_at_k"] == pytest.approx(1.0)  # nprobe = nlist: IVF visits every list = exact
-    e = read_table(layout.table("edges")).to_pandas()
-    assert len(e) == 360 * 10
-    assert (e["src"] != e["dst"]).all()
-    assert e.groupby("src").size().eq(10).all()
-    s2 = run_knn(KnnConfig(k=10, index="ivf", nlist=6, nprobe=1, recall_queries=100), layout)
-    assert 0 < s2["recall_at_k"] <= 1.0
+def test_resume_after_a_kill_gives_the_same_edges(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=200, dim=24, noise=0.4)
+    cfg = KnnConfig(k=8, index="ivf_sq8", block_size=150, recall_queries=100)
+    ref = run_knn(cfg, layout)
+    want = edges_of(layout)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after(j):
+        def hook(lo):
+            if lo == j * cfg.block_size:
+                raise Killed
+        return hook
+
+    with pytest.raises(Killed):
+        run_knn(cfg, layout, on_block=kill_after(3))
+    work = layout.knn_work_dir
+    assert len(list((work / "blocks").glob("*.npz"))) == 4
+    assert (work / "index.filled.faiss").is_file() and (work / "fingerprint.json").is_file()
+    # a block lost in the kill (its file never renamed into place) is searched again
+    (work / "blocks" / f"{cfg.block_size:012d}.npz").unlink()
+    s = run_knn(cfg, layout)
+    assert s["resumed_blocks"] == 3 and s["blocks"] == 8
+    got = edges_of(layout)
+    for c in want:
+        assert np.array_equal(got[c], want[c]), c
+    assert s["recall_at_k"] == ref["recall_at_k"] and s["edges"] == ref["edges"]
+    assert not work.exists()
+
+    # exact search resumes too
+    flat = KnnConfig(k=8, index="flat", block_size=150, db_block=500)
+    run_knn(flat, layout)
+    want = edges_of(layout)
+    with pytest.raises(Killed):
+        run_knn(flat, layout, on_block=kill_after(5))
+    s = run_knn(flat, layout)
+    assert s["resumed_blocks"] == 6
+    got = edges_of(layout)
+    assert all(np.array_equal(got[c], want[c]) for c in want)
+
+
+def test_changed_inputs_are_refused_until_started_over(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=4, per=150, dim=16, noise=0.4)
+    cfg = KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50)
+
+    def boom(lo):
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        run_knn(cfg, layout, on_block=boom)
+    with pytest.raises(UserError, match=r"nprobe: 24 -> 3.*--no-resume"):
+        run_knn(KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50, nprobe=3), layout)
+    with pytest.raises(UserError, match=r"vectors\.dtype: 'float32' -> 'float16'"):
+        run_knn(KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50, vector_dtype="float16"), layout)
+    assert layout.knn_work_dir.exists()  # refused: nothing removed
+    s = run_knn(KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50, nprobe=3, resume=False), layout)
+    assert s["resumed_blocks"] == 0 and s["nprobe"] == 3 and s["edges"] == 600 * 5
+
+
+def test_float16_store(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=100, dim=32, noise=0.3)
+    run_knn(KnnConfig(k=6), layout)
+    e32 = edges_of(layout)
+    s = run_knn(KnnConfig(k=6, vector_dtype="float16"), layout)
+    vec = open_vectors(layout)
+    assert vec.X.dtype == np.float16 and vec.meta["dtype"] == "float16" and s["vector_dtype"] == "float16"
+    e16 = edges_of(layout)
+    assert len(e16["src"]) == len(e32["src"]) == 600 * 6 and not np.any(e16["src"] == e16["dst"])
+    a, b = lists(e32["src"], e32["dst"], 600, 6), lists(e16["src"], e16["dst"], 600, 6)
+    overlap = np.mean([len(set(x) & set(y)) / 6 for x, y in zip(a, b)])
+    assert overlap >= 0.95  # half precision moves only near-ties
+    np.testing.assert_allclose(np.sort(e16["similarity"]), np.sort(e32["similarity"]), atol=2e-3)
+    s = run_knn(KnnConfig(k=6, index="ivf_sq8", vector_dtype="float16", recall_queries=100), layout)
+    assert s["recall_at_k"] >= 0.95
+
+
+def test_gpu_require_fails_loudly_without_one(tmp_path, make_run):
+    if gpu_count() > 0:
+        pytest.skip("FAISS sees a GPU here")
+    layout, _ = make_run(tmp_path / "r", n_clusters=2, per=20, dim=8)
+    with pytest.raises(UserError, match="no GPU"):
+        run_knn(KnnConfig(k=3, gpu="require"), layout)
