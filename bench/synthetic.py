@@ -1,0 +1,127 @@
+"""A generated corpus with the structure a map of science has, for the scale benchmarks.
+
+`write_corpus(run_dir, n, dim)` writes a run directory the mapping stages read:
+- `embeddings/part-NNNNN.parquet`: n unit-ish vectors (float32) from a two-level Gaussian mixture
+  (super-topics → topics → papers), so kNN lists, clusters and a layout mean something;
+- `papers/`: one row per paper with a title of topic words, a year around its topic's mean year,
+  one or two fields (its topic's field, sometimes a second one), and, for a share of papers,
+  MeSH-like descriptors (with tree numbers and a major flag) drawn mostly from its topic's set.
+Everything is seeded and written in chunks, so 2M papers take a few hundred MB of memory.
+"""
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sciencemap.contracts import SCHEMAS, embeddings_schema
+from sciencemap.embeddings import shard_name
+
+LETTERS = np.array(list(string.ascii_lowercase))
+
+
+def words(k: int, prefix: str, rng: np.random.Generator) -> np.ndarray:
+    """k distinct letter-only pseudo-words (CountVectorizer's token pattern takes no digits)."""
+    out = set()
+    while len(out) < k:
+        out.add(prefix + "".join(rng.choice(LETTERS, 5)))
+    return np.array(sorted(out), dtype=object)
+
+
+class Corpus:
+    """The mixture's parameters: topic centres, fields, years, words and descriptors per topic."""
+
+    def __init__(self, dim: int, n_topics: int, n_super: int, n_fields: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self.dim, self.n_topics = dim, n_topics
+        sup = rng.standard_normal((n_super, dim)).astype(np.float32)
+        self.topic_super = rng.integers(0, n_super, n_topics)
+        self.centres = sup[self.topic_super] + 0.6 * rng.standard_normal((n_topics, dim)).astype(np.float32)
+        self.fields = np.array([f"Field {a}" for a in words(n_fields, "", rng)], dtype=object)
+        self.topic_field = (self.topic_super * n_fields // n_super + rng.integers(0, 2, n_topics)) % n_fields
+        self.topic_year = rng.normal(2005, 8, n_topics)
+        self.vocab = words(n_topics * 4 + 2000, "", rng)
+        self.topic_words = rng.integers(0, len(self.vocab), (n_topics, 8))
+        n_desc, n_parents = 6000, 300
+        self.desc_ui = np.array([f"D{d:06d}" for d in range(n_desc)], dtype=object)
+        self.desc_name = np.array([f"Term {w}" for w in words(n_desc, "", rng)], dtype=object)
+        parent = rng.integers(0, n_parents, n_desc)
+        self.desc_tree = np.array([f"X{d:03d}" if d < n_parents else f"X{parent[d]:03d}.{d:05d}"
+                                   for d in range(n_desc)], dtype=object)
+        self.topic_desc = rng.integers(0, n_desc, (n_topics, 10))
+
+
+def _vectors(c: Corpus, topic: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
+    X = c.centres[topic] + noise * rng.standard_normal((len(topic), c.dim)).astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Generator, mesh_share: float) -> pa.Table:
+    n = len(ids)
+    tw = c.topic_words[topic]
+    pick = tw[np.arange(n)[:, None], rng.integers(0, tw.shape[1], (n, 4))]
+    common = rng.integers(0, len(c.vocab), (n, 2))
+    title_words = c.vocab[np.concatenate([pick, common], axis=1)]
+    titles = [" ".join(w) for w in title_words]
+    year = np.clip(np.round(rng.normal(c.topic_year[topic], 4)), 1950, 2026).astype(np.int32)
+    second = rng.random(n) < 0.2
+    f1 = c.topic_field[topic]
+    f2 = rng.integers(0, len(c.fields), n)
+    n_f = 1 + second
+    fvals = np.empty(n_f.sum(), dtype=object)
+    offs = np.concatenate([[0], np.cumsum(n_f)])
+    fvals[offs[:-1]] = c.fields[f1]
+    fvals[offs[:-1][second] + 1] = c.fields[f2[second]]
+    fields = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(fvals, pa.string()))
+    # MeSH: a share of papers, 3-6 descriptors, 80% from the topic's set, the first one major.
+    has = rng.random(n) < mesh_share
+    n_m = np.where(has, rng.integers(3, 7, n), 0)
+    moffs = np.concatenate([[0], np.cumsum(n_m)])
+    owner = np.repeat(np.arange(n), n_m)
+    own_set = c.topic_desc[topic[owner], rng.integers(0, c.topic_desc.shape[1], len(owner))]
+    d = np.where(rng.random(len(owner)) < 0.8, own_set, rng.integers(0, len(c.desc_ui), len(owner)))
+    major = np.zeros(len(owner), bool)
+    major[moffs[:-1][has]] = True
+    trees = pa.ListArray.from_arrays(pa.array(np.arange(len(d) + 1), pa.int32()), pa.array(c.desc_tree[d], pa.string()))
+    mesh_struct = pa.StructArray.from_arrays(
+        [pa.array(c.desc_ui[d], pa.string()), pa.array(c.desc_name[d], pa.string()), pa.array(major), trees],
+        fields=list(SCHEMAS["papers"].field("mesh").type.value_type))
+    mesh = pa.ListArray.from_arrays(pa.array(moffs, pa.int32()), mesh_struct)
+    null_str = pa.nulls(n, pa.string())
+    cols = {
+        "paper_id": pa.array(ids, pa.string()), "title": pa.array(titles, pa.string()), "abstract": null_str,
+        "authors": pa.nulls(n, SCHEMAS["papers"].field("authors").type),
+        "author_keys": pa.nulls(n, SCHEMAS["papers"].field("author_keys").type),
+        "orcid_author_keys": pa.nulls(n, SCHEMAS["papers"].field("orcid_author_keys").type),
+        "year": pa.array(year), "venue": null_str, "fields": fields, "mesh": mesh,
+        "source": pa.array(np.where(has, "pubmed", "generated"), pa.string()),
+        "has_fulltext": pa.array(np.ones(n, bool)), "source_file": pa.array(np.full(n, "generated"), pa.string()),
+    }
+    return pa.table(cols, schema=SCHEMAS["papers"])
+
+
+def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: int = 100_000, seed: int = 0,
+                 noise: float = 0.9, mesh_share: float = 0.3, with_papers: bool = True) -> dict:
+    """Write embeddings shards (+ the papers table) for n generated papers into run/. Returns the
+    mixture's sizes. Paper ids are `gen:<row>`; rows are written in a seeded shuffled topic order."""
+    run = Path(run)
+    n_topics = n_topics or max(20, n // 400)
+    c = Corpus(dim, n_topics, max(4, n_topics // 20), 40, seed)
+    rng = np.random.default_rng(seed + 1)
+    topic_of = rng.integers(0, n_topics, n)
+    (run / "embeddings").mkdir(parents=True, exist_ok=True)
+    (run / "papers").mkdir(parents=True, exist_ok=True)
+    for k, lo in enumerate(range(0, n, shard)):
+        hi = min(n, lo + shard)
+        ids = np.array([f"gen:{i}" for i in range(lo, hi)], dtype=object)
+        X = _vectors(c, topic_of[lo:hi], rng, noise)
+        t = pa.table({"paper_id": pa.array(ids, pa.string()),
+                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), dim)},
+                     schema=embeddings_schema(dim))
+        pq.write_table(t, run / "embeddings" / shard_name(k))
+        if with_papers:
+            pq.write_table(_papers(c, ids, topic_of[lo:hi], rng, mesh_share), run / "papers" / f"part-{k:05d}.parquet")
+    return {"papers": n, "dim": dim, "topics": n_topics, "fields": len(c.fields)}

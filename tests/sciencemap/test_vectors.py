@@ -1,0 +1,101 @@
+"""The mapping stages' vector store (sciencemap.vectors) and progress lines (sciencemap.progress)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sciencemap.contracts import VECTORS_META, embeddings_schema
+from sciencemap.embeddings import load_embeddings, shard_name
+from sciencemap.layout import RunLayout
+from sciencemap.progress import Progress
+from sciencemap.runtime import UserError
+from sciencemap.vectors import ensure_vectors, open_vectors
+
+
+def _write_shard(path, ids, X, dtype=pa.float32()):
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel(), dtype), X.shape[1])
+    pq.write_table(pa.table({"paper_id": pa.array(ids, pa.string()), "vector": vec},
+                            schema=embeddings_schema(X.shape[1], dtype)), path)
+
+
+@pytest.fixture
+def run(tmp_path):
+    """Three shards (dim 6), one row all zeros, one float16 shard."""
+    layout = RunLayout(tmp_path / "run")
+    d = layout.embeddings_dir
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(11, 6)).astype(np.float32) * 5
+    X[4] = 0
+    ids = [f"p:{i}" for i in range(11)]
+    _write_shard(d / shard_name(0), ids[:5], X[:5])
+    _write_shard(d / shard_name(1), ids[5:9], X[5:9])
+    _write_shard(d / shard_name(2), ids[9:], X[9:].astype(np.float16), pa.float16())
+    return layout, ids, X
+
+
+def test_the_store_holds_unit_rows_in_shard_order_with_ids_beside(run):
+    layout, ids, _ = run
+    v = ensure_vectors(layout)
+    want_ids, want = load_embeddings(layout)
+    norms = np.linalg.norm(want, axis=1, keepdims=True)
+    want = want / np.where(norms > 0, norms, 1.0)
+    assert isinstance(v.X, np.memmap) and v.X.dtype == np.float32 and v.X.shape == (11, 6)
+    np.testing.assert_array_equal(np.asarray(v.X), want)          # the same numbers as normalising in memory
+    assert v.ids().tolist() == ids == want_ids.tolist()
+    assert not np.asarray(v.X[4]).any()                           # a zero row stays zero
+    np.testing.assert_allclose(np.linalg.norm(v.block(5, 11), axis=1), 1.0, rtol=1e-6)
+    assert v.meta["rows"] == 11 and v.meta["dtype"] == "float32" and v.meta["normalised"]
+
+
+def test_the_store_is_reused_until_the_embeddings_or_the_dtype_change(run):
+    layout, ids, X = run
+    first = ensure_vectors(layout)
+    stamp = (layout.vectors_dir / VECTORS_META).stat().st_mtime_ns
+    assert ensure_vectors(layout).meta == first.meta
+    assert (layout.vectors_dir / VECTORS_META).stat().st_mtime_ns == stamp     # not rewritten
+    half = ensure_vectors(layout, "float16")
+    assert half.X.dtype == np.float16 and half.meta["dtype"] == "float16"
+    np.testing.assert_allclose(half.block(0, 11), first.block(0, 11), atol=1e-3)
+    # A re-embedded shard (new content) is converted again.
+    _write_shard(layout.embeddings_dir / shard_name(1), ids[5:9], -X[5:9])
+    os.utime(layout.embeddings_dir / shard_name(1), ns=(1, 1))
+    again = ensure_vectors(layout, "float16")
+    assert again.meta["source"] != half.meta["source"]
+    np.testing.assert_allclose(again.block(5, 9), -first.block(5, 9), atol=1e-3)
+
+
+def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path):
+    layout, ids, X = run
+    with pytest.raises(UserError, match="no vectors"):
+        open_vectors(layout)
+    with pytest.raises(UserError, match="dtype 'float64' is unknown"):
+        ensure_vectors(layout, "float64")
+    _write_shard(layout.embeddings_dir / shard_name(3), ids[:1], X[:1])
+    with pytest.raises(UserError, match="duplicate paper_id"):
+        ensure_vectors(layout)
+    assert not layout.vectors_dir.exists()                        # nothing half-written is left
+    (layout.embeddings_dir / shard_name(3)).unlink()
+    v = ensure_vectors(layout)
+    meta = json.loads((layout.vectors_dir / VECTORS_META).read_text())
+    meta["rows"] = 12
+    (layout.vectors_dir / VECTORS_META).write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="shape"):
+        open_vectors(layout)
+    del v
+
+
+def test_progress_reports_rate_eta_and_memory(caplog):
+    with caplog.at_level(logging.INFO, logger="sciencemap.progress"):
+        with Progress("search", 400, "queries", every_s=0.0) as p:
+            p.advance(100)
+            p.advance(300)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("search: 100/400 queries (25.0%)") and "ETA" in lines[0] and "RSS" in lines[0]
+    assert lines[-1].startswith("search: 400/400 queries (100.0%)") and "took" in lines[-1]
