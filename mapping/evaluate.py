@@ -3,6 +3,15 @@
 Accuracy (METHODS.md §6) is measured on the papers that have MeSH descriptors (the PubMed
 records) with the cluster labels they got in the full clustering; a random-assignment baseline
 permutes those labels (same cluster sizes, seeded) so a reader sees how far A is above chance.
+
+Built for 33M papers: the papers table is read in Arrow batches (paper_id and mesh only; papers
+without MeSH filtered out per batch) into compact assignment arrays (mapping.mesh_accuracy);
+paper ids are mapped once to vector-store rows (the integer ids of edges and clusters); cluster
+labels are read per resolution as (row, cluster) NumPy arrays and gathered by row; references
+are mapped to rows in chunks of about n (one id hash table per chunk) and kept as int64 link keys.
+Memory: the vector store's ids (Arrow), ~17 bytes per MeSH assignment, the publication vectors
+(~12 bytes per nonzero), one resolution's labels, the citation link keys (8 bytes each) and the
+graph (mapping.netstats).
 """
 from __future__ import annotations
 
@@ -14,19 +23,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from sciencemap.config import setting
-from sciencemap.embeddings import load_embedding_ids
 from sciencemap.layout import RunLayout
-from sciencemap.runtime import UserError
-from sciencemap.storage import read_table, write_text_atomic
+from sciencemap.progress import Progress, current_rss_mb
+from sciencemap.runtime import UserError, rss_mb
+from sciencemap.storage import dataset, write_text_atomic
+from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
-from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, accuracy, granularity, publication_vectors
-from mapping.netstats import network_stats
+from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
+from mapping.netstats import link_keys, network_stats
 
 log = logging.getLogger(__name__)
+
+BATCH_ROWS = 1 << 16          # rows per Arrow batch read from the papers / references tables
 
 
 @dataclass
@@ -38,36 +52,125 @@ class EvaluateConfig:
     baseline_seed: int = setting(0, "seed of the permuted-labels baseline and of the shortest-path sample",
                                  flags=("--seed",))
     path_sample: int = setting(200, "source nodes sampled for the average shortest path (0 = skip it)")
+    path_targets: int = setting(1000, "target nodes sampled for the average shortest path (0 = every node; "
+                                      "each source costs one breadth-first search over the graph either way)")
+    clustering_sample: int = setting(0, "nodes sampled for the average clustering coefficient (0 = every node; "
+                                        "set e.g. 100000 at tens of millions of papers)")
     title: str = setting("sciencemap run report", "heading of report.md")
 
 
-def mesh_evaluation(papers: pd.DataFrame, clusters: pd.DataFrame, cfg: EvaluateConfig) -> dict:
-    """Accuracy/granularity per resolution on papers with MeSH. papers: paper_id, mesh."""
-    has_mesh = papers["mesh"].map(lambda m: m is not None and len(m) > 0)
-    pm = papers[has_mesh].drop_duplicates("paper_id")
-    clustered = set(clusters["paper_id"].unique())
-    pm = pm[pm["paper_id"].isin(clustered)].reset_index(drop=True)
+def rows_of(ids: pa.Array | pa.ChunkedArray, vector_ids: pa.Array) -> np.ndarray:
+    """Vector-store row of each paper id (int64, -1 = not in the store): one Arrow hash lookup
+    (the hash table over `vector_ids` is built once per call, so callers pass big chunks)."""
+    pos = pc.index_in(ids, value_set=vector_ids)
+    return np.asarray(pc.fill_null(pos, -1).to_numpy(), np.int64) if len(ids) else np.zeros(0, np.int64)
+
+
+def clustered_rows(clusters: ds.Dataset, n: int) -> tuple[list[float], np.ndarray]:
+    """The clustering's resolutions and which of the n rows have a cluster (at any resolution)."""
+    found: set[float] = set()
+    clustered = np.zeros(n, bool)
+    for b in clusters.to_batches(columns=["resolution", "row"], batch_size=BATCH_ROWS * 16):
+        found.update(pc.unique(b.column("resolution")).to_pylist())
+        r = b.column("row").to_numpy()
+        clustered[r[(r >= 0) & (r < n)]] = True
+    return sorted(found), clustered
+
+
+def labels_at(clusters: ds.Dataset, resolution: float) -> tuple[np.ndarray, np.ndarray]:
+    """(row, cluster) NumPy arrays of one resolution."""
+    t = clusters.to_table(columns=["row", "cluster"], filter=pc.field("resolution") == resolution)
+    return (t.column("row").to_numpy().astype(np.int64, copy=False),
+            t.column("cluster").to_numpy())
+
+
+def read_mesh(papers: ds.Dataset, drop_names: frozenset, drop_uis: frozenset):
+    """One pass over the papers table: the MeSH assignments of the papers that have MeSH (in
+    table order) and those papers' ids."""
+    coll, ids = TermCollector(drop_names, drop_uis), []
+    with Progress("evaluate: MeSH lists", papers.count_rows(), "papers") as p:
+        for b in papers.to_batches(columns=["paper_id", "mesh"], batch_size=BATCH_ROWS):
+            has = pc.fill_null(pc.greater(pc.list_value_length(b.column("mesh")), 0), False)
+            sel = b.filter(has)
+            coll.add(sel.column("mesh"))
+            ids.append(sel.column("paper_id"))
+            p.advance(b.num_rows)
+    return coll.finish(), pa.chunked_array(ids, pa.string())
+
+
+def mesh_evaluation(papers: ds.Dataset, clusters: ds.Dataset, vector_ids: pa.Array, cfg: EvaluateConfig) -> dict:
+    """Accuracy/granularity per resolution on the clustered papers with MeSH (first row of a
+    paper id that appears twice)."""
     names = (CHECK_TAGS | frozenset(cfg.extra_check_tags)) if cfg.drop_check_tags else frozenset()
     uis = CHECK_TAG_UIS if cfg.drop_check_tags else frozenset()
-    records = [list(m) for m in pm["mesh"]]
-    mv = publication_vectors(records, major_weight=cfg.major_weight, major_in_vector=cfg.major_in_vector,
-                             drop_names=names, drop_uis=uis)
-    ev_ids = pm["paper_id"].to_numpy(dtype=object)[mv.rows]
-    out = {"papers_with_mesh": int(has_mesh.sum()), "evaluated": int(len(ev_ids)),
+    n = len(vector_ids)
+    resolutions, clustered = clustered_rows(clusters, n)
+    terms, ids = read_mesh(papers, names, uis)
+    row = rows_of(ids, vector_ids)
+    del ids
+    cand = np.flatnonzero(row >= 0)
+    cand = cand[clustered[row[cand]]]
+    _, first = np.unique(row[cand], return_index=True)
+    evaluated = np.zeros(len(row), bool)
+    evaluated[cand[first]] = True
+    mv = mesh_vectors(terms, evaluated, major_weight=cfg.major_weight, major_in_vector=cfg.major_in_vector)
+    del terms
+    ev_rows = row[mv.rows]
+    out = {"papers_with_mesh": int(len(row)), "evaluated": int(len(ev_rows)),
            "descriptors": len(mv.descriptors), "resolutions": []}
-    rng_seed = cfg.baseline_seed
-    for r in sorted(clusters["resolution"].unique()):
-        lab = clusters[clusters["resolution"] == r].set_index("paper_id")["cluster"].reindex(ev_ids).to_numpy()
-        if len(lab) == 0:
-            continue
-        a, unrelated = accuracy(mv.V, lab)
-        perm = np.random.default_rng(rng_seed).permutation(lab)
-        a_rand, _ = accuracy(mv.V, perm)
+    if len(ev_rows) == 0:
+        return out
+    for r in resolutions:
+        rows_r, cl = labels_at(clusters, r)
+        by_row = np.full(max(n, int(rows_r.max()) + 1 if len(rows_r) else 0), -1, cl.dtype)
+        by_row[rows_r] = cl
+        lab = by_row[ev_rows]
+        V = mv.V
+        if (lab < 0).any():                       # a paper without a label at this resolution
+            keep = lab >= 0
+            V, lab = V[keep], lab[keep]
+            if len(lab) == 0:
+                continue
+        a, unrelated = accuracy(V, lab)
+        perm = np.random.default_rng(cfg.baseline_seed).permutation(lab)
+        a_rand, _ = accuracy(V, perm)
         out["resolutions"].append({
-            "resolution": float(r), "clusters_total": int(clusters.loc[clusters["resolution"] == r, "cluster"].nunique()),
+            "resolution": float(r), "clusters_total": int(pc.count_distinct(pa.array(cl)).as_py()),
             "clusters_evaluated": int(len(np.unique(lab))), "granularity": granularity(lab),
             "accuracy": a, "accuracy_random": a_rand, "unrelated": unrelated})
     return out
+
+
+def citation_links(references: ds.Dataset, vector_ids: pa.Array, n: int, chunk_rows: int | None = None) -> np.ndarray:
+    """Distinct citation links between papers of the vector store, as sorted int64 link keys
+    (mapping.netstats.link_keys); references looked up in chunks of `chunk_rows` (default: as
+    many as there are ids, so building the id hash table costs no more than the lookups)."""
+    chunk_rows = chunk_rows or max(len(vector_ids), 1 << 20)
+    keys: list[np.ndarray] = []
+    pending: list[pa.RecordBatch] = []
+
+    def flush():
+        if not pending:
+            return
+        t = pa.Table.from_batches(pending)
+        pending.clear()
+        both = pa.chunked_array(t.column("citing_id").chunks + t.column("cited_id").chunks, pa.string())
+        rows = rows_of(both, vector_ids)
+        a, b = rows[:t.num_rows], rows[t.num_rows:]
+        ok = (a >= 0) & (b >= 0)
+        keys.append(link_keys(a[ok], b[ok], n))
+
+    with Progress("evaluate: citation links", references.count_rows(), "references") as p:
+        held = 0
+        for b in references.to_batches(columns=["citing_id", "cited_id"], batch_size=BATCH_ROWS):
+            pending.append(b)
+            held += b.num_rows
+            p.advance(b.num_rows)
+            if held >= chunk_rows:
+                flush()
+                held = 0
+        flush()
+    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
 
 
 def _fmt(v, nd=4):
@@ -171,8 +274,9 @@ def train_section(path: Path) -> tuple[list[str], dict]:
 
 def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     t0 = time.perf_counter()
-    clusters = read_table(layout.table("clusters")).to_pandas()
-    papers = read_table(layout.table("papers"), columns=["paper_id", "mesh"]).to_pandas()
+    clusters = dataset(layout.table("clusters"), "run the cluster stage first")
+    papers = dataset(layout.table("papers"), "run the ingest stage first")
+    vector_ids = open_vectors(layout).ids_arrow()
     metrics: dict = {"title": cfg.title}
     lines = [f"# {cfg.title}", "", f"Run directory: `{layout.root}`", ""]
 
@@ -190,9 +294,10 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
         lines += ["## Training", ""] + tl + [""]
 
     t1 = time.perf_counter()
-    mesh = mesh_evaluation(papers, clusters, cfg)
+    mesh = mesh_evaluation(papers, clusters, vector_ids, cfg)
     metrics["mesh_accuracy"] = mesh
     t_mesh = time.perf_counter() - t1
+    rss_mesh = rss_mb()
     lines += ["## MeSH clustering accuracy", "",
               f"On {mesh['evaluated']:,} papers with MeSH descriptors ({mesh['descriptors']:,} descriptors after "
               "dropping check tags), with the clusters they got in the clustering of all papers. "
@@ -210,28 +315,23 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
 
     t2 = time.perf_counter()
     graph = load_graph(layout)
-    extra = 0
-    if layout.embeddings_dir.exists():
-        try:
-            ids = load_embedding_ids(layout)
-            extra = int(len(set(ids) - set(graph.ids)))
-        except UserError:
-            pass
-    citation_pairs = None
-    ref_dir = layout.table("references")
-    if ref_dir.exists():
-        refs = read_table(ref_dir, columns=["citing_id", "cited_id"]).to_pandas().dropna()
-        idx = pd.Index(graph.ids)
-        a, b = idx.get_indexer(refs["citing_id"]), idx.get_indexer(refs["cited_id"])
-        ok = (a >= 0) & (b >= 0)
-        citation_pairs = (a[ok], b[ok])
-    net = network_stats(graph, extra, cfg.path_sample, cfg.baseline_seed, citation_pairs)
+    if graph.n != len(vector_ids):
+        raise UserError(f"the kNN graph has {graph.n:,} nodes but the vector store {len(vector_ids):,} rows; "
+                        "re-run the knn and cluster stages")
+    cite = None
+    if layout.table("references").exists():
+        cite = citation_links(dataset(layout.table("references")), vector_ids, graph.n)
+    del vector_ids
+    net = network_stats(graph, cfg.path_sample, cfg.baseline_seed, citation_keys=cite,
+                        path_targets=cfg.path_targets, clustering_sample=cfg.clustering_sample)
     metrics["network"] = net
     t_net = time.perf_counter() - t2
     lines += ["## kNN network", ""] + _table(["statistic", "value"], [[k.replace("_", " "), v] for k, v in net.items()])
     lines.append("")
     metrics["timings"] = {"mesh_s": round(t_mesh, 3), "network_s": round(t_net, 3),
-                          "total_s": round(time.perf_counter() - t0, 3)}
+                          "total_s": round(time.perf_counter() - t0, 3),
+                          "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),
+                          "rss_end_mb": round(current_rss_mb())}
     write_text_atomic(layout.report_md, "\n".join(lines) + "\n")
     write_text_atomic(layout.metrics_json, json.dumps(_clean(metrics), indent=2, default=_json_default, allow_nan=False))
     summary = {"evaluated": mesh["evaluated"], "report": str(layout.report_md),

@@ -1,47 +1,120 @@
-"""Network statistics of the kNN graph (seed paper Table 6; METHODS.md §5)."""
+"""Network statistics of the kNN graph (seed paper Table 6; METHODS.md §5).
+
+Built for 33M nodes: the graph comes as arrays (`mapping.cluster.Graph`: n rows, every row a node,
+isolated ones included; edges lo < hi once each); degrees and components come from NumPy/SciPy,
+the clustering coefficient and the path lengths from igraph built from the arrays (no edge
+lists). The average shortest path is estimated from `path_sample` seeded sources × `path_targets`
+seeded targets, so no n-long distance list is kept; with samples covering every node it is the
+exact average over reachable ordered pairs. Citation overlap compares int64 link keys
+(lo · n + hi) by sorted search, in chunks of edges.
+"""
 from __future__ import annotations
 
 import igraph as ig
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
-from mapping.cluster import Graph
+from sciencemap.progress import Progress
 
 
-def network_stats(graph: Graph, extra_isolated: int = 0, path_sample: int = 200, seed: int = 0,
-                  citation_pairs: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct undirected links (lo · n + hi, int64) of row pairs; self-links dropped."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    ok = lo != hi
+    return np.unique(lo[ok] * n + hi[ok])
+
+
+def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chunk: int = 1 << 22) -> int:
+    """How many of the sorted distinct link keys are edges (lo, hi) of the graph (edges distinct)."""
+    if len(keys) == 0:
+        return 0
+    hit = 0
+    for s in range(0, len(lo), chunk):
+        k = np.asarray(lo[s:s + chunk], np.int64) * n + np.asarray(hi[s:s + chunk], np.int64)
+        pos = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
+        hit += int((keys[pos] == k).sum())
+    return hit
+
+
+def _adjacency(lo: np.ndarray, hi: np.ndarray, n: int, deg_lo: np.ndarray) -> sp.csr_matrix:
+    """CSR of the edges one way (row lo, column hi), int32 indices, 1-byte data, no COO copy."""
+    order = None if np.all(lo[1:] >= lo[:-1]) else np.argsort(lo, kind="stable")
+    idx_t = np.int32 if n < 2**31 else np.int64
+    indices = (hi if order is None else hi[order]).astype(idx_t)
+    indptr = np.r_[0, np.cumsum(deg_lo)].astype(idx_t if len(lo) < 2**31 else np.int64)
+    return sp.csr_matrix((np.ones(len(lo), np.int8), indices, indptr), shape=(n, n))
+
+
+def igraph_of(graph) -> ig.Graph:
+    """Unweighted igraph graph straight from the edge arrays (igraph takes the NumPy buffer)."""
+    edges = np.empty((len(graph.lo), 2), np.int64)
+    edges[:, 0], edges[:, 1] = graph.lo, graph.hi
+    return ig.Graph(n=int(graph.n), edges=edges, directed=False)
+
+
+def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16) -> float:
+    """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target."""
+    total, count = 0.0, 0
+    tgt = targets.tolist()
+    with Progress("evaluate: shortest paths", len(sources), "sources") as p:
+        for s in range(0, len(sources), per_call):
+            src = sources[s:s + per_call]
+            d = np.asarray(g.distances(source=src.tolist(), target=tgt), float)
+            ok = np.isfinite(d) & (d > 0)
+            total += float(d[ok].sum())
+            count += int(ok.sum())
+            p.advance(len(src))
+    return total / count if count else float("nan")
+
+
+def network_stats(graph, path_sample: int = 200, seed: int = 0,
+                  citation_pairs: tuple[np.ndarray, np.ndarray] | None = None,
+                  citation_keys: np.ndarray | None = None, path_targets: int = 1000,
+                  clustering_sample: int = 0) -> dict:
     """Nodes, edges, average degree, density, components, isolated nodes, average local
-    clustering coefficient, average shortest path length (unweighted, from `path_sample` seeded
-    sources, over reachable pairs), and, given citation pairs (node indices), the share of
-    citation links that are kNN edges versus the share expected in a random graph of equal density.
-    `extra_isolated` counts embedded papers with no edge at all (not in the graph's node list)."""
-    n = graph.n + extra_isolated
-    m = int(len(graph.lo))
-    g = ig.Graph(n=graph.n, edges=np.column_stack([graph.lo, graph.hi]).tolist(), directed=False)
-    deg = np.asarray(g.degree())
-    comps = g.connected_components()
+    clustering coefficient (nodes of degree < 2 count 0; from `clustering_sample` seeded nodes
+    when > 0, else all), average shortest path length (unweighted, `path_sample` sources ×
+    `path_targets` targets, seeded, over reachable pairs), and, given citation links (row pairs,
+    or their `link_keys`), the share of citation links that are kNN edges versus the share
+    expected in a random graph of equal density.
+
+    `graph`: n (nodes = rows 0..n-1, isolated ones included) and lo, hi (each edge once, lo < hi)."""
+    n, m = int(graph.n), int(len(graph.lo))
+    lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
+    deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
+    n_comp, comp = connected_components(_adjacency(lo, hi, n, deg_lo=np.bincount(lo, minlength=n)), directed=False)
     out = {
         "nodes": n, "edges": m, "average_degree": 2 * m / n if n else 0.0,
         "density": 2 * m / (n * (n - 1)) if n > 1 else 0.0,
-        "connected_components": len(comps) + extra_isolated,
-        "largest_component": max(comps.sizes()) if len(comps) else 0,
-        "isolated_nodes": int((deg == 0).sum()) + extra_isolated,
-        "average_clustering": float(g.transitivity_avglocal_undirected(mode="zero")) if graph.n else 0.0,
+        "connected_components": int(n_comp),
+        "largest_component": int(np.bincount(comp).max()) if n else 0,
+        "isolated_nodes": int((deg == 0).sum()),
     }
-    if graph.n > 1 and path_sample > 0:
+    del comp
+    g = igraph_of(graph) if n else None
+    if n and 0 < clustering_sample < n:
+        nodes = np.sort(np.random.default_rng([seed, 1]).choice(n, clustering_sample, replace=False))
+        cc = g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero")
+        out["average_clustering"] = float(np.mean(cc))
+        out["clustering_sample"] = int(clustering_sample)
+    else:
+        out["average_clustering"] = float(g.transitivity_avglocal_undirected(mode="zero")) if n else 0.0
+    if n > 1 and path_sample > 0:
         rng = np.random.default_rng(seed)
-        src = np.sort(rng.choice(graph.n, min(path_sample, graph.n), replace=False))
-        d = np.asarray(g.distances(source=src.tolist()), float)
-        ok = np.isfinite(d) & (d > 0)
-        out["average_shortest_path"] = float(d[ok].mean()) if ok.any() else float("nan")
+        src = np.sort(rng.choice(n, min(path_sample, n), replace=False))
+        tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
+        out["average_shortest_path"] = sampled_path_length(g, src, tgt)
         out["shortest_path_sources"] = int(len(src))
-    if citation_pairs is not None:
-        a, b = citation_pairs
-        lo, hi = np.minimum(a, b), np.maximum(a, b)
-        key = np.unique(lo[lo != hi].astype(np.int64) * graph.n + hi[lo != hi])
-        knn_key = graph.lo.astype(np.int64) * graph.n + graph.hi
-        hit = np.isin(key, knn_key).sum()
-        out["citation_links"] = int(len(key))
+        out["shortest_path_targets"] = int(len(tgt))
+    del g
+    if citation_pairs is not None and citation_keys is None:
+        citation_keys = link_keys(citation_pairs[0], citation_pairs[1], n)
+    if citation_keys is not None:
+        hit = links_in_graph(citation_keys, lo, hi, n)
+        out["citation_links"] = int(len(citation_keys))
         out["citation_links_in_knn"] = int(hit)
-        out["citation_overlap"] = float(hit / len(key)) if len(key) else float("nan")
+        out["citation_overlap"] = float(hit / len(citation_keys)) if len(citation_keys) else float("nan")
         out["citation_overlap_random_expected"] = out["density"]
     return out

@@ -1,13 +1,21 @@
-"""The evaluate stage: accuracy table, random baseline, network statistics, report sections."""
+"""The evaluate stage: accuracy table, random baseline, network statistics, report sections; MeSH
+labels gathered by vector-store row and citation links by row, against hand-built tables."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
+from sciencemap.contracts import SCHEMAS
+from sciencemap.storage import dataset, read_table, write_table_atomic
+from sciencemap.vectors import ensure_vectors
+
 from mapping.cluster import ClusterConfig, run_cluster
-from mapping.evaluate import EvaluateConfig, run_evaluate
+from mapping.evaluate import EvaluateConfig, citation_links, mesh_evaluation, run_evaluate
 from mapping.knn import KnnConfig, run_knn
+from mapping.mesh_accuracy import accuracy, granularity, publication_vectors
 
 
 def test_run_evaluate_report(tmp_path, make_run):
@@ -35,3 +43,63 @@ def test_run_evaluate_report(tmp_path, make_run):
     for part in ("## Input", "## Citation importance", "## Training", "## MeSH clustering accuracy",
                  "## kNN network", "| elife | 10 | 9 |", "NO", "f_I", "n_triplets: 123", "average clustering"):
         assert part in report, part
+
+
+def _rewrite_papers(layout, extra_rows):
+    t = read_table(layout.table("papers"))
+    rows = t.to_pylist() + [{**t.slice(0, 1).to_pylist()[0], **r} for r in extra_rows]
+    write_table_atomic(pa.Table.from_pylist(rows, schema=SCHEMAS["papers"]), layout.table("papers"))
+
+
+def test_mesh_evaluation_gathers_labels_by_row(tmp_path, make_run):
+    layout, true = make_run(tmp_path / "r", n_clusters=6, per=30, dim=16, noise=0.3)
+    vec = ensure_vectors(layout)
+    ids = vec.ids()
+    dup = {"paper_id": "p:1", "mesh": [{"ui": None, "name": "Topic5", "major": True, "tree_numbers": ["A05.001"]}]}
+    stranger = {"paper_id": "q:0", "mesh": [{"ui": "D1", "name": "Topic0", "major": False, "tree_numbers": []}]}
+    _rewrite_papers(layout, [dup, stranger])                 # a repeated id (first row counts), an unknown paper
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(ids))
+    order = order[ids[order] != "p:4"]                       # p:4 has MeSH but no cluster: not evaluated
+    second = rng.integers(0, 7, len(ids))
+    labels = {0.1: true, 0.5: second}
+    write_table_atomic(pa.concat_tables([pa.table({
+        "paper_id": pa.array(ids[order], pa.string()), "row": pa.array(order, pa.int32()),
+        "resolution": pa.array(np.full(len(order), r)), "cluster": pa.array(lab[order], pa.int32())})
+        for r, lab in labels.items()]), layout.table("clusters"), SCHEMAS["clusters"])
+    cfg = EvaluateConfig()
+    out = mesh_evaluation(dataset(layout.table("papers")), dataset(layout.table("clusters")), vec.ids_arrow(), cfg)
+
+    papers = read_table(layout.table("papers")).to_pylist()
+    row_of = {p: i for i, p in enumerate(ids.tolist())}
+    seen, ev = set(), []
+    for p in papers:
+        if p["mesh"] and p["paper_id"] in row_of and p["paper_id"] != "p:4" and p["paper_id"] not in seen:
+            seen.add(p["paper_id"])
+            ev.append(p)
+    mv = publication_vectors([p["mesh"] for p in ev])
+    ev_rows = np.array([row_of[ev[i]["paper_id"]] for i in mv.rows])
+    assert out["papers_with_mesh"] == 62 and out["evaluated"] == len(ev_rows) == 59
+    assert out["descriptors"] == len(mv.descriptors) == 12
+    for got, (r, lab) in zip(out["resolutions"], labels.items()):
+        lab = lab[ev_rows].astype(np.int32)
+        assert got["resolution"] == r and got["clusters_total"] == len(np.unique(lab_all := labels[r][order]))
+        assert got["accuracy"] == accuracy(mv.V, lab)[0]
+        assert got["accuracy_random"] == accuracy(mv.V, np.random.default_rng(0).permutation(lab))[0]
+        assert got["granularity"] == granularity(lab) and got["clusters_evaluated"] == len(np.unique(lab))
+        assert len(lab_all) == len(ids) - 1
+    assert out["resolutions"][0]["accuracy"] > 0.9 > out["resolutions"][1]["accuracy"]
+
+
+def test_citation_links_by_row(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=2, per=5, dim=8)
+    vec = ensure_vectors(layout)
+    pairs = [("p:0", "p:1"), ("p:1", "p:0"), ("p:0", "p:1"), ("p:2", "p:9"), ("p:3", "p:3"), ("p:4", "x:1"),
+             (None, "p:1"), ("p:5", None), ("p:9", "p:8")]
+    write_table_atomic(pa.Table.from_pylist([{"citing_id": a, "cited_id": b} for a, b in pairs],
+                                            schema=SCHEMAS["references"]), layout.table("references"))
+    n = vec.n
+    expect = np.array(sorted([0 * n + 1, 2 * n + 9, 8 * n + 9]))
+    for chunk in (None, 2):
+        got = citation_links(dataset(layout.table("references")), vec.ids_arrow(), n, chunk_rows=chunk)
+        assert np.array_equal(got, expect)
