@@ -340,11 +340,11 @@ def importance_graded_sets(args, out: Path, val: set, text_ids: set) -> tuple[di
 
 def mesh_curve(X: np.ndarray, mv, resolutions, min_size: int) -> list[dict]:
     from mapping.cluster import ClusterConfig, build_graph, cluster_graph
-    from mapping.io import l2_normalise
+    from sciencemap.vectors import unit_rows
     from mapping.knn import KnnConfig, knn_edges
     from mapping.mesh_accuracy import accuracy, granularity
 
-    Xn = np.ascontiguousarray(l2_normalise(X.astype(np.float32)))
+    Xn = np.ascontiguousarray(unit_rows(X.astype(np.float32)))
     _, s, d, sim, _ = knn_edges(Xn, KnnConfig(k=20, index="flat", gpu="never"))
     n = len(Xn)
     g = build_graph(s, d, sim, extra_ids=np.arange(n))

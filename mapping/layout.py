@@ -50,10 +50,9 @@ def hash_uniforms(ids: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarra
     return u1, u2
 
 
-def paper_positions(ids: np.ndarray, labels: np.ndarray, topic_xy: np.ndarray, topic_size: np.ndarray,
-                    jitter: float = 0.35, seed: int = 0) -> np.ndarray:
-    """Positions of papers: topic position + deterministic disc jitter scaled by sqrt(topic size)."""
-    labels = np.asarray(labels, np.int64)
+def disc_radii(topic_xy: np.ndarray, topic_size: np.ndarray, jitter: float = 0.35) -> np.ndarray:
+    """R_t = jitter · r₀ · sqrt(size_t / median size), r₀ = median nearest-other-topic distance."""
+    topic_xy = np.asarray(topic_xy, float)
     if len(topic_xy) > 1:
         dist, _ = cKDTree(topic_xy).query(topic_xy, k=2)
         r0 = float(np.median(dist[:, 1]))
@@ -61,9 +60,23 @@ def paper_positions(ids: np.ndarray, labels: np.ndarray, topic_xy: np.ndarray, t
             r0 = float(np.ptp(topic_xy, axis=0).max() or 1.0) / np.sqrt(len(topic_xy))
     else:
         r0 = 1.0
-    med = float(np.median(topic_size)) or 1.0
-    R = jitter * r0 * np.sqrt(np.asarray(topic_size, float) / med)
+    med = float(np.median(topic_size)) if len(topic_size) else 1.0
+    med = med or 1.0
+    return jitter * r0 * np.sqrt(np.asarray(topic_size, float) / med)
+
+
+def place_papers(ids: np.ndarray, labels: np.ndarray, topic_xy: np.ndarray, radii: np.ndarray,
+                 seed: int = 0) -> np.ndarray:
+    """Positions (float64, n × 2) of papers `ids` in topics `labels`: a point of the topic's disc
+    chosen by a hash of the id. Call it on chunks of papers; the result does not depend on them."""
+    labels = np.asarray(labels, np.int64)
     u1, u2 = hash_uniforms(ids, seed)
-    r = R[labels] * np.sqrt(u1)
+    r = radii[labels] * np.sqrt(u1)
     theta = 2 * np.pi * u2
-    return topic_xy[labels] + np.column_stack([r * np.cos(theta), r * np.sin(theta)])
+    return np.asarray(topic_xy, float)[labels] + np.column_stack([r * np.cos(theta), r * np.sin(theta)])
+
+
+def paper_positions(ids: np.ndarray, labels: np.ndarray, topic_xy: np.ndarray, topic_size: np.ndarray,
+                    jitter: float = 0.35, seed: int = 0) -> np.ndarray:
+    """Positions of papers: topic position + deterministic disc jitter scaled by sqrt(topic size)."""
+    return place_papers(ids, labels, topic_xy, disc_radii(topic_xy, topic_size, jitter), seed)

@@ -7,6 +7,12 @@ run_render:
    at the mean position of their papers on the map, so all levels share one coordinate system,
 4. writes `topics`, `map.png` (all papers, coloured by source, with a legend) and `map.html`.
 
+Scale (33M papers): the vectors are the run's vector store (sciencemap.vectors, written by the knn
+stage), read in row blocks, never whole; clusters are read per resolution as (row, cluster);
+the papers table is streamed once and joined to the rows by paper_id (mapping.io.load_row_meta);
+labels come from one title vocabulary for all resolutions; positions are float32 and datashader
+counts them chunk by chunk. The summary gives each step's time, memory now and peak memory.
+
 The HTML is self-contained (Bokeh INLINE resources; the background image is a data: URI), so it
 opens without network access. Strings from the data reach the page only as Bokeh data (hover
 fields, table cells, canvas labels), which BokehJS inserts as text, never as HTML; the tests
@@ -15,6 +21,7 @@ open it in headless Chromium with a `<script>` title to check that.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
 import time
@@ -23,18 +30,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sciencemap.config import setting
-from sciencemap.contracts import SCHEMAS
-from sciencemap.embeddings import load_embeddings
+from sciencemap.contracts import SCHEMAS, VECTORS_IDS
 from sciencemap.layout import RunLayout
-from sciencemap.runtime import UserError
-from sciencemap.storage import read_table, write_bytes_atomic, write_table_atomic, write_text_atomic
-from sciencemap.text import text_column
+from sciencemap.progress import Progress, current_rss_mb
+from sciencemap.runtime import UserError, rss_mb
+from sciencemap.storage import write_bytes_atomic, write_table_atomic, write_text_atomic
+from sciencemap.vectors import open_vectors
 
-from mapping.io import l2_normalise, load_papers
-from mapping.layout import paper_positions, topic_layout
-from mapping.topics import example_titles, topic_overlays, topic_vectors
+from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
+from mapping.layout import disc_radii, place_papers, topic_layout
+from mapping.topics import PaperData, central_rows, overlays, topic_vectors
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +85,13 @@ def category_colors(categories) -> dict[str, str]:
     return colors
 
 
-def map_categories(meta: pd.DataFrame) -> np.ndarray:
-    """Colour category per paper: its source, or CITED_ONLY for papers without a record of their own."""
-    cats = meta["source"].fillna("unknown").to_numpy(dtype=object)
-    if "source_file" in meta:
-        cats = np.where(meta["source_file"].isna().to_numpy(), CITED_ONLY, cats)
-    return cats
+def map_categories(source: np.ndarray, sources: list[str], cited_only: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Colour category per paper as (int32 code, names): its source ("unknown" where it has none),
+    or CITED_ONLY for papers without a record of their own (or without metadata)."""
+    names = list(sources) + ["unknown", CITED_ONLY]
+    codes = np.where(np.asarray(source) >= 0, source, len(sources)).astype(np.int32)
+    codes[np.asarray(cited_only, bool)] = len(sources) + 1
+    return codes, names
 
 
 def _bounds(x: np.ndarray, y: np.ndarray, margin: float = 0.05):
@@ -92,8 +101,10 @@ def _bounds(x: np.ndarray, y: np.ndarray, margin: float = 0.05):
     return (x0 - margin * dx, x1 + margin * dx), (y0 - margin * dy, y1 + margin * dy)
 
 
-def shade_points(x, y, category, width: int, height: int, x_range, y_range, colors: dict[str, str]):
-    """Datashader: aggregate points per category and shade; returns a PIL RGBA image.
+def shade_points(x, y, codes, names: list[str], width: int, height: int, x_range, y_range, colors: dict[str, str],
+                 chunk: int = 2_000_000, progress=None):
+    """Datashader: count points per category (chunk by chunk, counts added) and shade; returns a
+    PIL RGBA image. `codes` index `names`; x, y may be float32.
 
     Cited-only papers form a grey layer underneath, so the corpus sources are drawn on top of
     them instead of being blended into a much larger grey count.
@@ -102,16 +113,35 @@ def shade_points(x, y, category, width: int, height: int, x_range, y_range, colo
     import datashader.transfer_functions as tf
 
     cvs = ds.Canvas(plot_width=width, plot_height=height, x_range=x_range, y_range=y_range)
-    category = np.asarray(category, dtype=object)
+    codes = np.asarray(codes)
+    cited_code = names.index(CITED_ONLY) if CITED_ONLY in names else -1
     layers = []
     for is_cited in (True, False):
-        sel = (category == CITED_ONLY) == is_cited
-        if not sel.any():
-            continue
         keys = {c: v for c, v in colors.items() if (c == CITED_ONLY) == is_cited}
-        df = pd.DataFrame({"x": x[sel], "y": y[sel], "c": pd.Categorical(category[sel], categories=sorted(keys))})
-        agg = cvs.points(df, "x", "y", ds.count_cat("c"))
-        img = tf.shade(agg, color_key=keys, how="eq_hist", min_alpha=120 if is_cited else 220)
+        if not keys:
+            continue
+        cats = sorted(keys)
+        to_cat = np.full(len(names), -1, np.int32)          # global code -> position in this layer's cats
+        for i, c in enumerate(names):
+            if c in keys:
+                to_cat[i] = cats.index(c)
+        total = None
+        for lo in range(0, len(codes), chunk):
+            c = codes[lo:lo + chunk]
+            sel = np.flatnonzero((c == cited_code) == is_cited)
+            if len(sel):
+                df = pd.DataFrame({"x": x[lo:lo + chunk][sel], "y": y[lo:lo + chunk][sel],
+                                   "c": pd.Categorical.from_codes(to_cat[c[sel]], categories=cats)})
+                agg = cvs.points(df, "x", "y", ds.count_cat("c"))
+                if total is None:
+                    total = agg
+                else:
+                    total.data += agg.data
+            if progress is not None:
+                progress.advance(min(chunk, len(codes) - lo))
+        if total is None:
+            continue
+        img = tf.shade(total, color_key=keys, how="eq_hist", min_alpha=120 if is_cited else 220)
         # Single pixels vanish on a 1000-px map: grow every point a little, then more where sparse.
         layers.append(tf.dynspread(tf.spread(img, px=1), threshold=0.6, max_px=2))
     return tf.stack(*layers).to_pil()
@@ -230,88 +260,147 @@ def choose_resolution(available: list[float], wanted: float) -> float:
     raise UserError(f"map_resolution {wanted} was not clustered; use one of {available} or add it to [cluster] resolutions")
 
 
+class Steps:
+    """Wall time, memory now and peak memory of each step of a stage, for its summary."""
+
+    def __init__(self, name: str):
+        self.name, self.record = name, {}
+
+    @contextlib.contextmanager
+    def __call__(self, step: str):
+        t = time.perf_counter()
+        yield
+        self.record[step] = {"s": round(time.perf_counter() - t, 3), "rss_mb": round(current_rss_mb()),
+                             "peak_rss_mb": round(rss_mb())}
+        log.info("%s: %s took %.1f s, RSS %.0f MB (peak %.0f MB)", self.name, step, self.record[step]["s"],
+                 self.record[step]["rss_mb"], self.record[step]["peak_rss_mb"])
+
+
+def paper_xy(ids_path, labels: np.ndarray, topic_xy: np.ndarray, radii: np.ndarray, seed: int,
+             chunk: int = 1_000_000) -> np.ndarray:
+    """float32 positions (n × 2) of the vector rows (NaN where unlabelled), from the ids file read
+    chunk by chunk (a paper's point depends only on its id and topic)."""
+    n = len(labels)
+    out = np.full((n, 2), np.nan, np.float32)
+    with Progress("render: paper positions", n, "papers") as prog:
+        lo = 0
+        for b in pq.ParquetFile(ids_path).iter_batches(batch_size=chunk, columns=["paper_id"]):
+            hi = lo + b.num_rows
+            lb = labels[lo:hi]
+            ok = np.flatnonzero(lb >= 0)
+            if len(ok):
+                ids = b.column(0).to_numpy(zero_copy_only=False)
+                out[lo + ok] = place_papers(ids[ok], lb[ok], topic_xy, radii, seed)
+            prog.advance(hi - lo)
+            lo = hi
+    if lo != n:
+        raise UserError(f"{ids_path} has {lo} ids for {n} vector rows; re-run the knn stage")
+    return out
+
+
+def group_mean_xy(labels: np.ndarray, pxy: np.ndarray, n_topics: int, chunk: int = 4_000_000) -> np.ndarray:
+    """Mean position of each topic's papers (float64 sums, chunk by chunk)."""
+    s = np.zeros((n_topics, 2))
+    cnt = np.zeros(n_topics)
+    for lo in range(0, len(labels), chunk):
+        lb = labels[lo:lo + chunk]
+        ok = lb >= 0
+        lab = lb[ok]
+        cnt += np.bincount(lab, minlength=n_topics)
+        for i in (0, 1):
+            s[:, i] += np.bincount(lab, weights=pxy[lo:lo + chunk, i][ok], minlength=n_topics)
+    return s / np.maximum(cnt, 1)[:, None]
+
+
 def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    ids, X = load_embeddings(layout)
-    X = l2_normalise(X)
-    cl = read_table(layout.table("clusters")).to_pandas()
-    papers = load_papers(layout, ["paper_id", "title", "year", "fields", "source", "has_fulltext", "source_file"])
-    timings["load_s"] = time.perf_counter() - t0
-    res_list = sorted(cl["resolution"].unique().tolist())
-    map_res = choose_resolution(res_list, cfg.map_resolution)
+    """The stage: see the module doc. Memory: the vector store is read in blocks; per paper the
+    stage keeps ~40 bytes of arrays plus its title words and fields as sparse rows."""
+    steps = Steps("render")
+    with steps("load"):
+        vec = open_vectors(layout)
+        n = vec.n
+        res_list = cluster_resolutions(layout)
+        map_res = choose_resolution(res_list, cfg.map_resolution)
+        labels_map = cluster_labels(layout, map_res, n)
+        on_map = labels_map >= 0
+        if not on_map.any():
+            raise UserError("no clustered paper has a vector; re-run knn and cluster on this run's embeddings")
+    with steps("papers"):
+        meta = load_row_meta(layout, vec.ids_arrow())
+    n_topics = int(labels_map.max()) + 1
 
-    # Papers on the map = clustered papers that have a vector; papers table gives their metadata.
-    pid = pd.Index(ids)
-    papers = papers.drop_duplicates("paper_id").set_index("paper_id")
-    base = cl[cl["resolution"] == map_res]
-    base = base[pid.get_indexer(base["paper_id"]) >= 0].reset_index(drop=True)
-    if base.empty:
-        raise UserError("no clustered paper has an embedding; re-run knn and cluster on this run's embeddings")
-    order_ids = base["paper_id"].to_numpy(dtype=object)
-    Xm = X[pid.get_indexer(order_ids)]
-    meta = papers.reindex(order_ids)
-    missing_meta = int(meta["source"].isna().sum())
-    meta["source"] = meta["source"].fillna("unknown")
-    meta = meta.reset_index()
-    # Titles are read once, as text: None, NaN and the rows of papers without metadata become "".
-    meta["title"] = text_column(meta, "title")
+    with steps("topic_vectors"):
+        with Progress("render: topic vectors", n, "rows") as prog:
+            tv = topic_vectors(vec.X, labels_map, n_topics, progress=prog)
 
-    t1 = time.perf_counter()
-    labels_map = base["cluster"].to_numpy(np.int64)
-    tv = topic_vectors(Xm, labels_map)
-    txy = topic_layout(tv, cfg.layout_method, cfg.seed, cfg.n_neighbors, cfg.min_dist)
-    tsize = np.bincount(labels_map, minlength=len(tv))
-    pxy = paper_positions(order_ids, labels_map, txy, tsize, cfg.jitter, cfg.seed)
-    timings["layout_s"] = time.perf_counter() - t1
+    with steps("layout"):
+        txy = topic_layout(tv, cfg.layout_method, cfg.seed, cfg.n_neighbors, cfg.min_dist)
+        tsize = np.bincount(labels_map[on_map], minlength=n_topics)
+        pxy = paper_xy(vec.path / VECTORS_IDS, labels_map, txy, disc_radii(txy, tsize, cfg.jitter), cfg.seed)
 
-    t2 = time.perf_counter()
-    rows = []
-    map_topics, map_examples = None, None
-    for r in res_list:
-        sub = cl[cl["resolution"] == r].set_index("paper_id")["cluster"].reindex(order_ids)
-        lab = sub.fillna(-1).to_numpy(np.int64)
-        keep = lab >= 0
-        lab_k = lab[keep]
-        # dense renumbering keeps the table's cluster ids = the clusters table's ids
-        ov = topic_overlays(meta[keep].reset_index(drop=True), lab_k, cfg.label_words)
-        if r == map_res:
-            xy = txy
-        else:
-            cnt = np.bincount(lab_k, minlength=len(ov))
-            xy = np.column_stack([np.bincount(lab_k, weights=pxy[keep, i], minlength=len(ov)) for i in (0, 1)])
-            xy = xy / np.maximum(cnt, 1)[:, None]
-        ov["x"], ov["y"], ov["resolution"] = xy[:, 0].astype(np.float32), xy[:, 1].astype(np.float32), r
-        ov = ov[ov["size"] > 0]
-        rows.append(ov)
-        if r == map_res:
-            map_topics = ov
-            map_examples = example_titles(list(meta["title"]), Xm, labels_map, tv, cfg.examples)
-    topics = pd.concat(rows, ignore_index=True)
-    write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"), SCHEMAS["topics"])
-    timings["topics_s"] = time.perf_counter() - t2
+    with steps("topics"):
+        data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
+                         sources=meta.sources, words=meta.words, vocab=meta.vocab, word_row=meta.word_row)
+        rows = []
+        map_topics = None
+        with Progress("render: topic overlays", len(res_list), "resolutions", every_s=0) as prog:
+            for r in res_list:
+                if r == map_res:
+                    lab = labels_map
+                else:
+                    lab = cluster_labels(layout, r, n)
+                    lab[~on_map] = -1        # the map's papers only, so all levels share its coordinates
+                ov = overlays(data, lab, cfg.label_words)
+                xy = txy if r == map_res else group_mean_xy(lab, pxy, len(ov))
+                ov["x"], ov["y"], ov["resolution"] = xy[:, 0].astype(np.float32), xy[:, 1].astype(np.float32), r
+                ov = ov[ov["size"] > 0]
+                rows.append(ov)
+                if r == map_res:
+                    map_topics = ov
+                prog.advance(1)
+        topics = pd.concat(rows, ignore_index=True)
+        write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"),
+                           SCHEMAS["topics"])
 
-    t3 = time.perf_counter()
-    summary = render_files(layout, pxy, map_categories(meta), map_topics,
-                           [map_examples[c] for c in map_topics["cluster"]], cfg)
-    timings["render_s"] = time.perf_counter() - t3
-    summary.update({"map_resolution": map_res, "papers_on_map": int(len(order_ids)),
-                    "papers_without_metadata": missing_meta, "topics_on_map": int(len(map_topics)),
-                    "topics_rows": int(len(topics)), **{k: round(v, 3) for k, v in timings.items()}})
+    with steps("examples"):
+        with Progress("render: example titles", n, "rows") as prog:
+            central = central_rows(vec.X, labels_map, tv, meta.has_title, cfg.examples, progress=prog)
+        wanted = [meta.paper_of_row[central[c]] for c in map_topics["cluster"]]
+        titles = read_titles(meta.papers_files, np.concatenate(wanted) if wanted else np.zeros(0, np.int64))
+        examples = [[titles[i] for i in w.tolist()] for w in wanted]
+
+    with steps("render"):
+        codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
+        summary = render_files(layout, pxy, codes, names, on_map, map_topics, examples, cfg)
+    summary.update({"map_resolution": map_res, "papers_on_map": int(on_map.sum()),
+                    "papers_without_metadata": int((meta.source[on_map] < 0).sum()),
+                    "topics_on_map": int(len(map_topics)), "topics_rows": int(len(topics)),
+                    "vectors": {"rows": n, "dim": vec.dim, "dtype": vec.meta.get("dtype")},
+                    "title_words": int(len(meta.vocab)), "field_categories": int(len(meta.categories)),
+                    **{f"{k}_s": v["s"] for k, v in steps.record.items()},
+                    "steps": steps.record, "peak_rss_mb": round(rss_mb())})
     log.info("render: %s", summary)
     return summary
 
 
-def render_files(layout: RunLayout, pxy: np.ndarray, sources: np.ndarray, map_topics: pd.DataFrame,
-                 examples: list[list[str]], cfg: RenderConfig) -> dict:
-    """Write map.png and map.html from paper positions and the map-resolution topics."""
+def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], on_map: np.ndarray,
+                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig) -> dict:
+    """Write map.png and map.html from paper positions (float32), their colour categories
+    (codes into `names`) and the map-resolution topics."""
     if cfg.width <= cfg.legend_width + 50 or cfg.height < 50:
         raise UserError(f"map size {cfg.width}x{cfg.height} is too small for a legend of {cfg.legend_width} px")
-    colors = category_colors(sources)
-    counts = pd.Series(sources).value_counts().to_dict()
+    if not np.asarray(on_map).all():
+        keep = np.flatnonzero(on_map)
+        pxy, codes = pxy[keep], codes[keep]
+    n_cat = np.bincount(codes, minlength=len(names))
+    present = [names[i] for i in np.flatnonzero(n_cat)]
+    colors = category_colors(present)
+    order = sorted(np.flatnonzero(n_cat).tolist(), key=lambda i: -n_cat[i])
+    counts = {names[i]: int(n_cat[i]) for i in order}
     xr, yr = _bounds(pxy[:, 0], pxy[:, 1])
     mw, mh = cfg.width - cfg.legend_width, cfg.height
-    img = shade_points(pxy[:, 0], pxy[:, 1], sources, mw, mh, xr, yr, colors)
+    with Progress("render: datashader", 2 * len(codes), "points") as prog:
+        img = shade_points(pxy[:, 0], pxy[:, 1], codes, names, mw, mh, xr, yr, colors, progress=prog)
     png = compose_png(img, counts, colors, cfg.width, cfg.height, cfg.legend_width, cfg.title)
     buf = io.BytesIO()
     png.save(buf, format="PNG")
@@ -325,5 +414,4 @@ def render_files(layout: RunLayout, pxy: np.ndarray, sources: np.ndarray, map_to
     bg.save(b2, format="PNG")
     html = build_html(map_topics, examples, b2.getvalue(), xr, yr, cfg)
     write_text_atomic(layout.map_html, html)
-    return {"png": str(layout.map_png), "html": str(layout.map_html), "html_bytes": len(html),
-            "sources": {k: int(v) for k, v in counts.items()}}
+    return {"png": str(layout.map_png), "html": str(layout.map_html), "html_bytes": len(html), "sources": counts}

@@ -13,11 +13,23 @@
   (a paper with several fields counts once for each), d_kl = 1 − cosine of the categories'
   co-occurrence profiles (row k of FᵀF, F = paper × category 0/1 over the whole corpus; two
   categories never sharing a paper have d = 1). 0 when n_c = 1; NaN when no paper has a field.
+
+Scale (33M papers, 5 resolutions): the per-paper inputs are sparse matrices and arrays built once
+(mapping.io.load_row_meta): the paper × title-word matrix P comes from ONE vocabulary fitted over
+all titles (TitleWords, batch by batch) and every resolution only multiplies its membership matrix
+into it (topic × word = M @ P); fields are a paper × category matrix built from Arrow list offsets.
+Topic vectors are summed block by block from the memory-mapped vectors. What stays per topic is
+small and kept in float64 where the old results depended on it (the ranking of label words, the
+topic means handed to UMAP).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 
@@ -28,49 +40,210 @@ TITLE_STOP_WORDS = sorted(ENGLISH_STOP_WORDS | {
     "use", "novel", "approach", "results", "method", "methods", "data", "model", "models",
     "evidence", "case", "report", "review", "associated", "association", "different", "high",
 })
+TITLE_TOKENS = r"(?u)\b[^\W\d_][^\W\d_]{2,}\b"
 
 
 def membership(labels: np.ndarray, n_topics: int | None = None) -> sp.csr_matrix:
-    """Topic × paper 0/1 matrix."""
-    labels = np.asarray(labels, np.int64)
-    n_topics = int(labels.max()) + 1 if n_topics is None else n_topics
-    return sp.csr_matrix((np.ones(len(labels)), (labels, np.arange(len(labels)))), shape=(n_topics, len(labels)))
+    """Topic × paper 0/1 matrix (int32); papers labelled -1 belong to no topic."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    keep = labels >= 0
+    if n_topics is None:
+        n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
+    counts = np.bincount(labels[keep], minlength=n_topics)
+    indptr = np.zeros(n_topics + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    idx_t = np.int32 if n < 2**31 else np.int64
+    members = np.flatnonzero(keep).astype(idx_t)
+    members = members[np.argsort(labels[keep], kind="stable")]   # paper order within a topic
+    return sp.csr_matrix((np.ones(len(members), np.int32), members, indptr), shape=(n_topics, n))
 
 
-def topic_vectors(X: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    M = membership(labels)
-    sizes = np.asarray(M.sum(axis=1)).ravel()
-    return np.asarray(M @ X) / np.maximum(sizes, 1)[:, None]
+# ---------------------------------------------------------------- topic vectors
+
+def _read_block(X, lo, hi) -> np.ndarray:
+    from mapping.io import read_rows
+
+    return read_rows(X, lo, hi)
+
+
+def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None, block_rows: int | None = None,
+                  progress=None) -> np.ndarray:
+    """Mean vector per topic (float64, n_topics × d), from X (an array or a memory-mapped store)
+    read in blocks of rows; rows labelled -1 are left out.
+
+    Per block: a sparse (topics in the block × rows) membership product with the block widened to
+    float64 (memory bounded by the block), added into a float64 topics × d sum. Sums of float32
+    values in float64 are exact for unit vectors in practice, so the means (and the UMAP layout
+    drawn from them) do not depend on the block size and equal the old whole-matrix product;
+    summing in float32 changed most of the means' float32 bits."""
+    from mapping.io import block_rows as _block_rows
+
+    labels = np.asarray(labels)
+    n, d = X.shape
+    keep = labels >= 0
+    if n_topics is None:
+        n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
+    acc = np.zeros((n_topics, d), np.float64)
+    step = block_rows or _block_rows(d, 8)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        lb = labels[lo:hi]
+        ok = np.flatnonzero(lb >= 0)
+        if len(ok):
+            Xb = _read_block(X, lo, hi)
+            topics, inv = np.unique(lb[ok], return_inverse=True)
+            Mb = sp.csr_matrix((np.ones(len(ok)), (inv.ravel(), ok)), shape=(len(topics), hi - lo))
+            acc[topics] += Mb @ Xb.astype(np.float64)
+            del Xb
+        if progress is not None:
+            progress.advance(hi - lo)
+    sizes = np.bincount(labels[keep], minlength=n_topics).astype(np.float64)
+    return acc / np.maximum(sizes, 1)[:, None]
+
+
+def central_rows(X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray, eligible: np.ndarray,
+                 per_topic: int = 3, block_rows: int | None = None, progress=None) -> list[list[int]]:
+    """Per topic, the eligible rows closest (cosine) to the topic's mean vector, most central first
+    (ties in row order). One pass over X in blocks; then one sort of the eligible rows."""
+    from mapping.io import block_rows as _block_rows
+
+    labels = np.asarray(labels)
+    n, d = X.shape
+    tv = np.asarray(topic_vecs, np.float64)
+    tv = tv / np.maximum(np.linalg.norm(tv, axis=1, keepdims=True), 1e-12)
+    cand = np.asarray(eligible, bool) & (labels >= 0)
+    score = np.zeros(n, np.float64)
+    step = block_rows or _block_rows(d, 8)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        ok = cand[lo:hi]
+        if ok.any():
+            Xb = _read_block(X, lo, hi)
+            lb = labels[lo:hi]
+            score[lo:hi][ok] = np.einsum("ij,ij->i", Xb[ok], tv[lb[ok]])
+        if progress is not None:
+            progress.advance(hi - lo)
+    rows = np.flatnonzero(cand)
+    rows = rows[np.lexsort((-score[rows], labels[rows]))]      # by topic, most central first; stable
+    out: list[list[int]] = [[] for _ in range(len(tv))]
+    if not len(rows):
+        return out
+    lab = labels[rows]
+    first = np.r_[True, lab[1:] != lab[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0))
+    pick = (np.arange(len(rows)) - start) < per_topic
+    for t, r in zip(lab[pick].tolist(), rows[pick].tolist()):
+        out[t].append(r)
+    return out
+
+
+def example_titles(titles: list, X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray,
+                   per_topic: int = 3) -> list[list[str]]:
+    """The titles of the papers closest (cosine) to their topic's mean vector."""
+    titles = clean_texts(titles)
+    has_title = np.fromiter(map(bool, titles), bool, len(titles))
+    return [[titles[i] for i in rows] for rows in central_rows(X, labels, topic_vecs, has_title, per_topic)]
+
+
+# ---------------------------------------------------------------- title words and labels
+
+def _vectorizer() -> CountVectorizer:
+    return CountVectorizer(stop_words=TITLE_STOP_WORDS, binary=True, lowercase=True, token_pattern=TITLE_TOKENS)
+
+
+class TitleWords:
+    """The paper × title-word 0/1 matrix with ONE vocabulary, built batch by batch.
+
+    `add(docs)` tokenises a batch (the same CountVectorizer settings as a single fit) and maps its
+    words into the growing vocabulary; `finish()` sorts the vocabulary the way CountVectorizer does
+    and returns (P, vocab): the same matrix and words as one `fit_transform` over all titles,
+    without holding sklearn's per-token Python lists for the whole corpus."""
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.indices: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+
+    def add(self, docs: list[str]) -> None:
+        cv = _vectorizer()
+        try:
+            Xb = cv.fit_transform(docs).tocsr()
+        except ValueError:       # not one word in the batch
+            self.indices.append(np.zeros(0, np.int32))
+            self.lengths.append(np.zeros(len(docs), np.int64))
+            return
+        local = np.empty(len(cv.vocabulary_), np.int32)
+        for w, j in cv.vocabulary_.items():
+            local[j] = self.index.setdefault(w, len(self.index))
+        self.indices.append(local[Xb.indices])
+        self.lengths.append(np.diff(Xb.indptr).astype(np.int64))
+
+    def finish(self) -> tuple[sp.csr_matrix, np.ndarray]:
+        words = sorted(self.index)
+        rank = np.empty(len(words), np.int32)
+        rank[np.fromiter((self.index[w] for w in words), np.int64, len(words))] = np.arange(len(words), dtype=np.int32)
+        indices = rank[np.concatenate(self.indices)] if self.indices else np.zeros(0, np.int32)
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        indptr = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        self.indices, self.lengths = [], []
+        P = sp.csr_matrix((np.ones(len(indices), np.int32), indices, indptr), shape=(len(lengths), len(words)))
+        P.sort_indices()
+        return P, np.asarray(words, dtype=object)
+
+
+def title_words(titles) -> tuple[sp.csr_matrix, np.ndarray]:
+    """(P, vocab) for a list of titles (missing ones are titles without words)."""
+    tw = TitleWords()
+    tw.add(clean_texts(titles))
+    return tw.finish()
+
+
+def label_words(C: sp.csr_matrix, vocab: np.ndarray, n_words: int = 3, chunk_nnz: int = 20_000_000) -> list[str]:
+    """Labels from topic × word counts C (class-based TF-IDF, see the module doc), all topics at once:
+    one lexsort of (topic, used by < 2 titles, −score, word) over C's entries, in row chunks."""
+    C = C.tocsr()
+    C.sum_duplicates()
+    n_topics = C.shape[0]
+    words_per_topic = np.asarray(C.sum(axis=1), dtype=np.float64).ravel()
+    freq = np.asarray(C.sum(axis=0), dtype=np.float64).ravel()
+    idf = np.log1p(words_per_topic.mean() / np.maximum(freq, 1)) if n_topics else freq
+    out = [""] * n_topics
+    indptr = C.indptr
+    t0 = 0
+    while t0 < n_topics:
+        t1 = int(np.searchsorted(indptr, indptr[t0] + chunk_nnz, side="right")) - 1
+        t1 = min(n_topics, max(t1, t0 + 1))
+        a, b = indptr[t0], indptr[t1]
+        cols = C.indices[a:b]
+        cnt = C.data[a:b].astype(np.float64)
+        row = np.repeat(np.arange(t0, t1), np.diff(indptr[t0:t1 + 1]))
+        score = cnt / np.maximum(words_per_topic[row], 1) * idf[cols]
+        # the vocabulary is sorted, so its column order is the words' alphabetical order
+        order = np.lexsort((cols, -score, cnt < 2, row))
+        pos = np.arange(len(order)) - (indptr[row[order]] - a)
+        top = order[pos < n_words]
+        for t, j in zip(row[top].tolist(), cols[top].tolist()):
+            out[t] = vocab[j] if not out[t] else out[t] + ", " + vocab[j]
+        t0 = t1
+    return out
+
+
+def topic_word_counts(word_labels: np.ndarray, P: sp.csr_matrix, n_topics: int) -> sp.csr_matrix:
+    """Topic × word counts (how many of the topic's titles use the word): M @ P."""
+    return (membership(word_labels, n_topics) @ P).tocsr()
 
 
 def topic_labels(titles: list[str | None], labels: np.ndarray, n_words: int = 3) -> list[str]:
     """Top distinctive title words per topic (class-based TF-IDF), joined by ', '."""
     labels = np.asarray(labels, np.int64)
     n_topics = int(labels.max()) + 1
-    docs = clean_texts(titles)  # a missing title (None, NaN, pd.NA) is a title without words
-    cv = CountVectorizer(stop_words=TITLE_STOP_WORDS, binary=True, lowercase=True,
-                         token_pattern=r"(?u)\b[^\W\d_][^\W\d_]{2,}\b")
-    try:
-        P = cv.fit_transform(docs)
-    except ValueError:  # no words at all
-        return [""] * n_topics
-    vocab = np.asarray(cv.get_feature_names_out())
-    C = (membership(labels, n_topics) @ P).tocsr().astype(float)    # topic × word counts
-    words_per_topic = np.asarray(C.sum(axis=1)).ravel()
-    freq = np.asarray(C.sum(axis=0)).ravel()
-    idf = np.log1p(words_per_topic.mean() / np.maximum(freq, 1))
-    out = []
-    for t in range(n_topics):
-        row = C.getrow(t)
-        if row.nnz == 0:
-            out.append("")
-            continue
-        cnt, cols = row.data, row.indices
-        score = cnt / max(words_per_topic[t], 1) * idf[cols]
-        order = np.lexsort((vocab[cols], -score, cnt < 2))
-        out.append(", ".join(vocab[cols[order[:n_words]]]))
-    return out
+    P, vocab = title_words(titles)
+    return label_words(topic_word_counts(labels, P, n_topics), vocab, n_words)
 
+
+# ---------------------------------------------------------------- fields and interdisciplinarity
 
 def _gini(x: np.ndarray) -> float:
     x = np.sort(np.asarray(x, float))
@@ -89,16 +262,20 @@ def category_disparity(F: sp.csr_matrix) -> np.ndarray:
     return np.clip(1.0 - Cn @ Cn.T, 0.0, 1.0)
 
 
-def div_star(counts: np.ndarray, disparity: np.ndarray) -> float:
-    """DIV* = n_c · (1 − Gini) · Σ_{k≠l} d_kl over the present categories (ordered pairs)."""
-    present = np.flatnonzero(np.asarray(counts) > 0)
-    n_c = len(present)
+def _div_star_present(counts: np.ndarray, d: np.ndarray) -> float:
+    """DIV* from the present categories' counts and their disparity submatrix."""
+    n_c = len(counts)
     if n_c == 0:
         return float("nan")
     if n_c == 1:
         return 0.0
-    d = disparity[np.ix_(present, present)]
-    return float(n_c * (1 - _gini(np.asarray(counts)[present])) * (d.sum() - np.trace(d)))
+    return float(n_c * (1 - _gini(counts)) * (d.sum() - np.trace(d)))
+
+
+def div_star(counts: np.ndarray, disparity: np.ndarray) -> float:
+    """DIV* = n_c · (1 − Gini) · Σ_{k≠l} d_kl over the present categories (ordered pairs)."""
+    present = np.flatnonzero(np.asarray(counts) > 0)
+    return _div_star_present(np.asarray(counts)[present], disparity[np.ix_(present, present)])
 
 
 def _field_list(fl) -> list[str]:
@@ -112,7 +289,9 @@ def _field_list(fl) -> list[str]:
 
 
 def field_matrix(fields: list) -> tuple[sp.csr_matrix, list[str]]:
-    """Paper × category 0/1 matrix from the `fields` lists."""
+    """Paper × category 0/1 matrix from `fields` cells held as Python objects (a pandas column of
+    lists, arrays, strings or missing values; small inputs). The stage builds it from Arrow
+    instead (FieldCollector), with the same result."""
     fields = [_field_list(fl) for fl in fields]
     cats = sorted({f for fl in fields for f in fl})
     col = {c: i for i, c in enumerate(cats)}
@@ -121,55 +300,187 @@ def field_matrix(fields: list) -> tuple[sp.csr_matrix, list[str]]:
         for c in set(fl):
             rows.append(r)
             cols.append(col[c])
-    F = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(fields), len(cats)))
+    F = sp.csr_matrix((np.ones(len(rows), np.int32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
+                      shape=(len(fields), len(cats)))
     return F, cats
 
 
-def topic_overlays(papers: pd.DataFrame, labels: np.ndarray, n_words: int = 3) -> pd.DataFrame:
+class FieldCollector:
+    """The paper × category 0/1 matrix from Arrow `list<string>` columns, batch by batch.
+
+    `add(lists, rows)`: the batch's lists and the matrix row of each (-1 = skip); names are
+    stripped, blank and null ones dropped (the rule of `field_matrix`); all by Arrow compute on
+    the flattened values and their parent indices, no per-paper Python. `finish(n)` sorts the
+    category names and returns (F, categories)."""
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+
+    def add(self, lists: pa.Array | pa.ChunkedArray, rows: np.ndarray | None = None) -> None:
+        if isinstance(lists, pa.ChunkedArray):
+            lists = lists.combine_chunks()
+        if pa.types.is_null(lists.type) or len(lists) == 0:
+            return
+        parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = pc.utf8_trim_whitespace(pc.list_flatten(lists))
+        ok = pc.and_(pc.is_valid(flat), pc.greater(pc.utf8_length(flat), 0)).fill_null(False)
+        ok = ok.to_numpy(zero_copy_only=False)
+        if rows is not None:
+            target = np.asarray(rows, np.int64)[parent]
+            ok &= target >= 0
+        else:
+            target = parent
+        if not ok.any():
+            return
+        names = flat.filter(pa.array(ok))
+        enc = pc.dictionary_encode(names)
+        local = np.array([self.index.setdefault(v, len(self.index)) for v in enc.dictionary.to_pylist()], np.int64)
+        self.rows.append(target[ok])
+        self.cols.append(local[enc.indices.to_numpy(zero_copy_only=False)])
+
+    def finish(self, n_rows: int) -> tuple[sp.csr_matrix, list[str]]:
+        cats = sorted(self.index)
+        rank = np.empty(len(cats), np.int64)
+        rank[[self.index[c] for c in cats]] = np.arange(len(cats))
+        rows = np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
+        cols = rank[np.concatenate(self.cols)] if self.cols else np.zeros(0, np.int64)
+        self.rows, self.cols = [], []
+        F = sp.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(n_rows, len(cats)))
+        F.sum_duplicates()
+        F.data[:] = 1                            # a paper naming a field twice counts once
+        return F, cats
+
+
+def field_matrix_arrow(lists: pa.Array | pa.ChunkedArray) -> tuple[sp.csr_matrix, list[str]]:
+    """Paper × category 0/1 matrix of an Arrow list<string> column (row i = list i)."""
+    fc = FieldCollector()
+    fc.add(lists)
+    return fc.finish(len(lists))
+
+
+# ---------------------------------------------------------------- overlays
+
+@dataclass
+class PaperData:
+    """Per-paper inputs of the overlays; row i of `fields`, `year`, `source` is paper i (the rows
+    the labels refer to). `words` may have its own rows (the papers table's): `word_row` gives each
+    one's paper (-1 = none); None = the same rows."""
+    fields: sp.csr_matrix
+    categories: list[str]
+    year: np.ndarray              # float, NaN = no year
+    source: np.ndarray            # int code into `sources`, -1 = no source ("unknown")
+    sources: list[str]
+    words: sp.csr_matrix
+    vocab: np.ndarray
+    word_row: np.ndarray | None = None
+
+    @classmethod
+    def from_frame(cls, papers: pd.DataFrame) -> "PaperData":
+        """From a frame with title, year, fields and source (cells of any Python kind)."""
+        F, cats = field_matrix(list(papers["fields"]))
+        P, vocab = title_words(list(papers["title"]))
+        src = pd.Series(papers["source"].to_numpy(), dtype=object)
+        codes, uniques = pd.factorize(src.where(src.notna(), None))
+        return cls(fields=F, categories=cats,
+                   year=pd.to_numeric(papers["year"], errors="coerce").to_numpy(dtype=float),
+                   source=np.asarray(codes, np.int64), sources=[str(u) for u in uniques], words=P, vocab=vocab)
+
+
+def _row_argmax_first(T: sp.csr_matrix) -> np.ndarray:
+    """Per row of a non-negative sparse matrix: the first column holding the row's maximum
+    (-1 for an empty row)."""
+    T = T.tocsr()
+    T.sum_duplicates()
+    T.eliminate_zeros()
+    T.sort_indices()
+    out = np.full(T.shape[0], -1, np.int64)
+    nnz = np.diff(T.indptr)
+    rows_ne = np.flatnonzero(nnz)
+    if not len(rows_ne):
+        return out
+    rmax = np.maximum.reduceat(T.data, T.indptr[:-1][rows_ne])
+    row = np.repeat(np.arange(T.shape[0]), nnz)
+    full_max = np.zeros(T.shape[0], T.data.dtype)
+    full_max[rows_ne] = rmax
+    hit = np.flatnonzero(T.data == full_max[row])
+    r_hit, first = np.unique(row[hit], return_index=True)
+    out[r_hit] = T.indices[hit[first]]
+    return out
+
+
+def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: int | None = None) -> pd.DataFrame:
     """Per topic: cluster, size, label, main_field, mean_year, interdisciplinarity.
 
-    `papers` rows align with `labels` and have columns title, year, fields, source."""
-    labels = np.asarray(labels, np.int64)
-    n_topics = int(labels.max()) + 1
+    `labels` (int, -1 = in no topic) aligns with the rows of `data`."""
+    labels = np.asarray(labels)
+    keep = labels >= 0
+    if n_topics is None:
+        n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
+    lab_k = labels[keep].astype(np.int64)
+    size = np.bincount(lab_k, minlength=n_topics)
     M = membership(labels, n_topics)
-    size = np.asarray(M.sum(axis=1)).ravel().astype(np.int64)
-    F, cats = field_matrix(list(papers["fields"]))
-    disparity = category_disparity(F) if cats else np.zeros((0, 0))
-    TC = (M @ F).toarray() if cats else np.zeros((n_topics, 0))
-    # main field, falling back to the most frequent source
-    src = pd.Series(papers["source"].fillna("unknown").to_numpy(), dtype=object)
-    top_src = (pd.DataFrame({"t": labels, "s": src}).groupby(["t", "s"]).size().reset_index(name="n")
-               .sort_values(["t", "n", "s"], ascending=[True, False, True]).drop_duplicates("t").set_index("t")["s"])
-    main = []
-    for t in range(n_topics):
-        if TC.shape[1] and TC[t].max() > 0:
-            main.append(cats[int(np.argmax(TC[t]))])  # argmax takes the first = alphabetical on ties
-        else:
-            main.append(str(top_src.get(t, "unknown")))
-    year = pd.to_numeric(papers["year"], errors="coerce").to_numpy(dtype=float)
-    has = ~np.isnan(year)
-    ysum = np.bincount(labels[has], weights=year[has], minlength=n_topics)
-    ycnt = np.bincount(labels[has], minlength=n_topics)
+
+    # fields: main field and interdisciplinarity (disparity over the papers in a topic)
+    F = data.fields
+    Fk = F if keep.all() else F[np.flatnonzero(keep)]
+    has_cats = Fk.nnz > 0
+    TC = (M @ F).tocsr() if has_cats else sp.csr_matrix((n_topics, F.shape[1]), dtype=np.int32)
+    TC.sum_duplicates()
+    TC.eliminate_zeros()
+    TC.sort_indices()
+    disparity = category_disparity(Fk) if has_cats else np.zeros((0, 0))
+    best_cat = _row_argmax_first(TC)
+
+    # the most frequent source (ties alphabetical; no source = "unknown") where a topic has no field
+    names = list(data.sources)
+    if "unknown" not in names:
+        names.append("unknown")
+    order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    new_code = np.empty(len(names), np.int64)
+    new_code[order] = np.arange(len(names))
+    sorted_names = [names[i] for i in order]
+    src = np.asarray(data.source)[keep].astype(np.int64)
+    src = new_code[np.where(src >= 0, src, names.index("unknown"))]
+    S = len(names)
+    sc = np.bincount(lab_k * S + src, minlength=n_topics * S).reshape(n_topics, S)
+    best_src = np.argmax(sc, axis=1)
+
+    main = [data.categories[c] if c >= 0 else (sorted_names[s] if size[t] else "unknown")
+            for t, (c, s) in enumerate(zip(best_cat.tolist(), best_src.tolist()))]
+
+    year = np.asarray(data.year)
+    has = keep & ~np.isnan(year)
+    ysum = np.bincount(labels[has].astype(np.int64), weights=year[has], minlength=n_topics)
+    ycnt = np.bincount(labels[has].astype(np.int64), minlength=n_topics)
     mean_year = np.where(ycnt > 0, ysum / np.maximum(ycnt, 1), np.nan)
-    inter = np.array([div_star(TC[t], disparity) if cats else np.nan for t in range(n_topics)])
+
+    inter = np.full(n_topics, np.nan)
+    if has_cats:
+        ip, ix, dat = TC.indptr, TC.indices, TC.data
+        for t in range(n_topics):
+            a, b = ip[t], ip[t + 1]
+            if b > a:
+                present = ix[a:b]
+                inter[t] = _div_star_present(dat[a:b].astype(np.float64), disparity[np.ix_(present, present)])
+
+    if data.word_row is None:
+        word_labels = labels
+    else:
+        wr = np.asarray(data.word_row)
+        word_labels = np.full(len(wr), -1, np.int64)
+        ok = wr >= 0
+        word_labels[ok] = labels[wr[ok]]
+    lab_words = label_words(topic_word_counts(word_labels, data.words, n_topics), data.vocab, n_words)
     return pd.DataFrame({"cluster": np.arange(n_topics, dtype=np.int32), "size": size.astype(np.int32),
-                         "label": topic_labels(list(papers["title"]), labels, n_words),
-                         "main_field": main, "mean_year": mean_year.astype(np.float32),
+                         "label": lab_words, "main_field": main, "mean_year": mean_year.astype(np.float32),
                          "interdisciplinarity": inter.astype(np.float32)})
 
 
-def example_titles(titles: list, X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray,
-                   per_topic: int = 3) -> list[list[str]]:
-    """The titles of the papers closest (cosine) to their topic's mean vector."""
-    labels = np.asarray(labels, np.int64)
-    tv = topic_vecs / np.maximum(np.linalg.norm(topic_vecs, axis=1, keepdims=True), 1e-12)
-    score = np.einsum("ij,ij->i", X, tv[labels])
-    titles = clean_texts(titles)
-    has_title = np.array([bool(t) for t in titles], dtype=bool)
-    order = np.lexsort((-score, ~has_title, labels))  # by topic, titled first, most central first
-    out: list[list[str]] = [[] for _ in range(len(tv))]
-    for i in order:
-        t = labels[i]
-        if len(out[t]) < per_topic and has_title[i]:
-            out[t].append(titles[i])
-    return out
+def topic_overlays(papers: pd.DataFrame | PaperData, labels: np.ndarray, n_words: int = 3) -> pd.DataFrame:
+    """Per topic: cluster, size, label, main_field, mean_year, interdisciplinarity.
+
+    `papers` rows align with `labels`: a frame with columns title, year, fields, source, or PaperData."""
+    data = papers if isinstance(papers, PaperData) else PaperData.from_frame(papers)
+    return overlays(data, labels, n_words)

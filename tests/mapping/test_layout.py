@@ -32,3 +32,20 @@ def test_umap_layout_small():
     same = D[g[:, None] == g[None]].mean()
     diff = D[g[:, None] != g[None]].mean()
     assert same < diff
+
+
+def test_papers_placed_in_chunks_equal_one_call():
+    from mapping.layout import disc_radii, place_papers
+
+    rng = np.random.default_rng(3)
+    txy = rng.normal(size=(7, 2)) * 5
+    lab = rng.integers(0, 7, 5000)
+    size = np.bincount(lab, minlength=7)
+    ids = np.array([f"doi:10.1/{i}" for i in range(5000)], object)
+    whole = paper_positions(ids, lab, txy, size, jitter=0.5, seed=4)
+    R = disc_radii(txy, size, 0.5)
+    parts = np.concatenate([place_papers(ids[lo:lo + 777], lab[lo:lo + 777], txy, R, seed=4)
+                            for lo in range(0, 5000, 777)])
+    np.testing.assert_array_equal(parts, whole)
+    assert np.all(np.linalg.norm(whole - txy[lab], axis=1) <= R[lab] + 1e-12)
+    assert not np.array_equal(paper_positions(ids, lab, txy, size, jitter=0.5, seed=5), whole)   # the seed matters

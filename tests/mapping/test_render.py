@@ -1,4 +1,5 @@
-"""The render stage: topics table, map.png and map.html (real datashader, bokeh)."""
+"""The render stage: topics table, map.png and map.html (real datashader, bokeh), from a run with a
+vector store and a clusters table by row (written here, so these tests do not depend on knn/cluster)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +9,10 @@ import pytest
 from sciencemap.contracts import SCHEMAS
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_table_atomic
-from mapping.cluster import ClusterConfig, run_cluster
-from mapping.knn import KnnConfig, run_knn
+from sciencemap.vectors import ensure_vectors
+from mapping.layout import paper_positions, topic_layout
 from mapping.render import RenderConfig, CITED_ONLY_COLOR, category_colors, run_render
+from mapping.topics import topic_overlays, topic_vectors
 
 
 def _nonwhite_matches(img: np.ndarray, colour_hex: str) -> int:
@@ -24,12 +26,31 @@ def _nonwhite_matches(img: np.ndarray, colour_hex: str) -> int:
     return int((cos > 0.995).sum())
 
 
+def _clusters(layout, vec, labels_by_res: dict[float, np.ndarray]) -> None:
+    """A clusters table (paper_id, row, resolution, cluster) from labels per vector row (-1 = none)."""
+    ids = vec.ids()
+    parts = []
+    for r, lab in labels_by_res.items():
+        rows = np.flatnonzero(lab >= 0)
+        parts.append(pa.table({"paper_id": pa.array(ids[rows], pa.string()), "row": pa.array(rows, pa.int32()),
+                               "resolution": pa.array(np.full(len(rows), r)),
+                               "cluster": pa.array(lab[rows], pa.int32())}))
+    write_table_atomic(pa.concat_tables(parts), layout.table("clusters"), SCHEMAS["clusters"])
+
+
+def _render_run(root, make_run, dtype="float32", **kw):
+    """make_run's papers and embeddings + the vector store + clusters from the true labels: 0.05 =
+    the generating clusters, 0.01 = pairs of them merged."""
+    layout, true = make_run(root, **kw)
+    vec = ensure_vectors(layout, dtype)
+    _clusters(layout, vec, {0.05: true, 0.01: true // 2})
+    return layout, vec, true
+
+
 def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
     from PIL import Image
 
-    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=30, dim=16, noise=0.3)
-    run_knn(KnnConfig(k=8), layout)
-    run_cluster(ClusterConfig(resolutions=[0.01, 0.05], min_cluster_size=3), layout)
+    layout, _, _ = _render_run(tmp_path / "r", make_run, n_clusters=6, per=30, dim=16, noise=0.3)
     cfg = RenderConfig(map_resolution=0.05, layout_method="pca", width=500, height=360, legend_width=140)
     s = run_render(cfg, layout)
     topics = read_table(layout.table("topics"))
@@ -49,20 +70,60 @@ def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
     html = layout.map_html.read_text()
     assert "cdn.bokeh.org" not in html and "<script" in html  # INLINE resources
     assert s["topics_on_map"] == int((t["resolution"] == 0.05).sum())
+    papers = read_table(layout.table("papers")).to_pandas()
+    want = papers["source"].where(papers["source_file"].notna(), "cited, title only").value_counts().to_dict()
+    assert s["sources"] == want and want["cited, title only"] == 25
+    for step in ("load", "papers", "topic_vectors", "layout", "topics", "examples", "render"):
+        assert s["steps"][step]["s"] >= 0 and s["steps"][step]["peak_rss_mb"] > 0
     with pytest.raises(UserError):
         run_render(RenderConfig(map_resolution=0.5, layout_method="pca"), layout)
 
 
+def test_render_stage_equals_the_in_memory_computation(tmp_path, make_run):
+    """The streamed stage (vector store blocks, papers joined by id, one vocabulary) gives the
+    topics table of the whole-table computation: the pandas join, dense topic means, overlays per
+    resolution, positions in float64."""
+    layout, vec, true = _render_run(tmp_path / "r", make_run, n_clusters=6, per=40, dim=16, noise=0.5)
+    papers = read_table(layout.table("papers")).to_pandas()
+    # the papers table in another order than the vectors, one paper missing: rows match by id
+    papers = papers.drop(index=[5]).sample(frac=1.0, random_state=0)
+    write_table_atomic(pa.Table.from_pandas(papers, schema=SCHEMAS["papers"], preserve_index=False),
+                       layout.table("papers"))
+    fine = true.copy()
+    fine[true == 2] = 6 + (np.arange((true == 2).sum()) % 2)     # cluster 2 split in two, ids with a gap
+    _clusters(layout, vec, {0.01: true // 2, 0.05: true, 0.1: fine})
+    cfg = RenderConfig(layout_method="pca", width=400, height=300, legend_width=120)
+    s = run_render(cfg, layout)
+    assert s["map_resolution"] == 0.05 and s["papers_without_metadata"] == 1
+    got = read_table(layout.table("topics")).to_pandas()
+
+    ids = vec.ids()
+    X = np.asarray(vec.X)
+    meta = papers.set_index("paper_id").reindex(ids).reset_index()
+    tv = topic_vectors(X, true)
+    txy = topic_layout(tv, "pca", cfg.seed)
+    pxy = paper_positions(ids, true, txy, np.bincount(true), cfg.jitter, cfg.seed)
+    for r, lab in ((0.01, true // 2), (0.05, true), (0.1, fine)):
+        ov = topic_overlays(meta, lab, cfg.label_words)
+        ov = ov[ov["size"] > 0].reset_index(drop=True)
+        g = got[got["resolution"] == r].reset_index(drop=True)
+        for c in ("cluster", "size", "label", "main_field", "mean_year", "interdisciplinarity"):
+            np.testing.assert_array_equal(g[c].to_numpy(), ov[c].to_numpy(), err_msg=f"{c} at {r}")
+        xy = txy if r == 0.05 else np.column_stack(
+            [np.bincount(lab, weights=pxy[:, i]) / np.maximum(np.bincount(lab), 1) for i in (0, 1)])[ov["cluster"]]
+        np.testing.assert_allclose(g[["x", "y"]].to_numpy(), xy, rtol=1e-5, atol=1e-5)
+    assert (got["resolution"] == 0.1).sum() == 7 and "Field" in got["main_field"].iloc[0]
+
+
 def test_render_survives_missing_titles_and_papers_without_metadata(tmp_path, make_run):
     """A third of the titles null and a sixth of the embedded papers absent from the papers table
-    (so the reindex gives them NaN titles and fields): labels, examples and HTML carry no 'nan'."""
-    layout, _ = make_run(tmp_path / "r", n_clusters=4, per=30, dim=16, noise=0.3)
+    (no title, fields or year for them): labels, examples and HTML carry no 'nan'."""
+    layout, vec, true = _render_run(tmp_path / "r", make_run, n_clusters=4, per=30, dim=16, noise=0.3)
     papers = read_table(layout.table("papers")).to_pandas()
     papers.loc[papers.index % 3 == 1, "title"] = None
     papers = papers[papers.index % 6 != 5]
     write_table_atomic(pa.Table.from_pandas(papers, preserve_index=False), layout.table("papers"), SCHEMAS["papers"])
-    run_knn(KnnConfig(k=8), layout)
-    run_cluster(ClusterConfig(resolutions=[0.05], min_cluster_size=3), layout)
+    _clusters(layout, vec, {0.05: true})
     s = run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120), layout)
     assert s["papers_without_metadata"] == 20 and s["papers_on_map"] == 120
     t = read_table(layout.table("topics")).to_pandas()
@@ -75,3 +136,28 @@ def test_render_survives_missing_titles_and_papers_without_metadata(tmp_path, ma
     assert " in model " in html                             # the example titles reach the page
     # examples are " | "-joined titles: a missing one would show as nan or None between them
     assert not any(f"{sep}{w}" in html or f"{w}{sep}" in html for w in ("nan", "None", "<NA>") for sep in (" |", "| "))
+
+
+def test_render_from_a_float16_store_and_with_unclustered_rows(tmp_path, make_run):
+    layout, vec, true = _render_run(tmp_path / "r", make_run, dtype="float16", n_clusters=3, per=20, dim=8)
+    assert vec.X.dtype == np.float16
+    lab = true.copy()
+    lab[::10] = -1                                         # rows left out of the map resolution
+    _clusters(layout, vec, {0.05: lab, 0.01: true // 2})
+    s = run_render(RenderConfig(map_resolution=0.05, layout_method="pca", width=300, height=200, legend_width=100),
+                   layout)
+    t = read_table(layout.table("topics")).to_pandas()
+    assert s["papers_on_map"] == 54
+    assert t.groupby("resolution")["size"].sum().eq(54).all()   # every level holds the map's papers
+
+
+def test_render_needs_the_vector_store_and_clusters_by_row(tmp_path, make_run):
+    layout, true = make_run(tmp_path / "r", n_clusters=2, per=10, dim=4)
+    with pytest.raises(UserError, match="knn"):
+        run_render(RenderConfig(layout_method="pca"), layout)
+    vec = ensure_vectors(layout)
+    old = pa.table({"paper_id": pa.array(vec.ids(), pa.string()), "resolution": np.full(20, 0.1),
+                    "cluster": pa.array(true, pa.int32())})
+    write_table_atomic(old, layout.table("clusters"))
+    with pytest.raises(UserError, match="re-run the cluster stage"):
+        run_render(RenderConfig(layout_method="pca"), layout)

@@ -69,3 +69,159 @@ def test_example_titles_skip_missing_ones():
     assert sorted(ex[0]) == ["Folding of protein domains", "Protein folding kinetics"]
     assert sorted(ex[1]) == ["Syntax parser evaluation", "Treebank parser for syntax"]
     assert topic_labels([None, np.nan, pd.NA], np.array([0, 0, 1])) == ["", ""]
+
+
+# ---------------------------------------------------------------- the scale path equals the old one
+
+def _old_topic_labels(titles, labels, n_words=3):
+    """The labels as computed before issue 13: a vectoriser fitted per call (per resolution),
+    a Python loop over topics."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from mapping.topics import TITLE_STOP_WORDS, membership
+    from sciencemap.text import clean_texts
+
+    labels = np.asarray(labels, np.int64)
+    n_topics = int(labels.max()) + 1
+    cv = CountVectorizer(stop_words=TITLE_STOP_WORDS, binary=True, lowercase=True,
+                         token_pattern=r"(?u)\b[^\W\d_][^\W\d_]{2,}\b")
+    try:
+        P = cv.fit_transform(clean_texts(titles))
+    except ValueError:
+        return [""] * n_topics
+    vocab = np.asarray(cv.get_feature_names_out())
+    C = (membership(labels, n_topics).astype(float) @ P).tocsr().astype(float)
+    words_per_topic = np.asarray(C.sum(axis=1)).ravel()
+    freq = np.asarray(C.sum(axis=0)).ravel()
+    idf = np.log1p(words_per_topic.mean() / np.maximum(freq, 1))
+    out = []
+    for t in range(n_topics):
+        row = C.getrow(t)
+        if row.nnz == 0:
+            out.append("")
+            continue
+        cnt, cols = row.data, row.indices
+        score = cnt / max(words_per_topic[t], 1) * idf[cols]
+        order = np.lexsort((vocab[cols], -score, cnt < 2))
+        out.append(", ".join(vocab[cols[order[:n_words]]]))
+    return out
+
+
+def _random_titles(n, seed=0):
+    rng = np.random.default_rng(seed)
+    words = ["protein", "folding", "kinetics", "parser", "syntax", "treebank", "galaxy", "orbit", "neuron",
+             "cortex", "Zebrafish", "éclair", "naïve", "tumour", "x1", "of", "the", "study", "alpha", "beta"]
+    titles = [" ".join(rng.choice(words, size=rng.integers(0, 7))) for _ in range(n)]
+    for i in range(0, n, 11):
+        titles[i] = None
+    return titles
+
+
+def test_title_vocabulary_in_batches_is_one_countvectorizer_fit():
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    from mapping.topics import TITLE_STOP_WORDS, TITLE_TOKENS, TitleWords
+    from sciencemap.text import clean_texts
+
+    docs = clean_texts(_random_titles(500))
+    tw = TitleWords()
+    for lo in range(0, 500, 37):                     # batches, one of them wordless
+        tw.add(docs[lo:lo + 37])
+    tw.add(["", "of the"])
+    P, vocab = tw.finish()
+    cv = CountVectorizer(stop_words=TITLE_STOP_WORDS, binary=True, lowercase=True, token_pattern=TITLE_TOKENS)
+    ref = cv.fit_transform(docs + ["", "of the"])
+    assert list(vocab) == list(cv.get_feature_names_out())
+    assert P.shape == ref.shape and (P != ref).nnz == 0
+
+
+def test_one_vocabulary_gives_the_labels_of_a_fit_per_resolution():
+    """The stage fits the vocabulary once over all titles and reuses it for every resolution,
+    including resolutions whose topics cover only some of the papers (-1)."""
+    from mapping.topics import label_words, title_words, topic_word_counts
+
+    titles = _random_titles(600, seed=3)
+    P, vocab = title_words(titles)                    # once
+    rng = np.random.default_rng(1)
+    for n_topics in (1, 7, 40, 200):
+        labels = rng.integers(0, n_topics, 600)
+        labels[rng.random(600) < 0.2] = -1            # papers outside this resolution's topics
+        keep = labels >= 0
+        got = label_words(topic_word_counts(labels, P, n_topics), vocab, 3)
+        want = _old_topic_labels([t for t, k in zip(titles, keep) if k], labels[keep], 3)
+        want += [""] * (n_topics - len(want))
+        assert got == want
+        assert got[: len(want)] == topic_labels([t for t, k in zip(titles, keep) if k], labels[keep], 3) + \
+            [""] * (n_topics - int(labels[keep].max()) - 1)
+
+
+def test_field_matrix_from_arrow_equals_the_python_construction():
+    import pyarrow as pa
+
+    from mapping.topics import FieldCollector, field_matrix_arrow
+
+    fields = [["Bio", "CS"], None, [], [" Bio ", "Bio", None, ""], ["Physics"], ["CS"], None, ["Zoo", "Art"]]
+    F, cats = field_matrix_arrow(pa.array(fields, pa.list_(pa.string())))
+    F0, cats0 = field_matrix([f if f is not None else np.nan for f in fields])
+    assert cats == cats0 == ["Art", "Bio", "CS", "Physics", "Zoo"]
+    assert (F != F0).nnz == 0 and F.max() == 1
+    # in batches, with rows remapped (a permutation, and -1 = not a paper of the map)
+    rows = np.array([3, -1, 0, 1, 2, 5, 4, 6])
+    fc = FieldCollector()
+    fc.add(pa.array(fields[:3], pa.list_(pa.string())), rows[:3])
+    fc.add(pa.array(fields[3:], pa.list_(pa.string())), rows[3:])
+    G, cats2 = fc.finish(7)
+    assert cats2 == cats
+    want = np.zeros((7, 5), int)
+    for i, r in enumerate(rows):
+        if r >= 0:
+            want[r] = F0[i].toarray()
+    np.testing.assert_array_equal(G.toarray(), want)
+
+
+def test_topic_vectors_blockwise_from_the_memmap_equal_the_dense_mean(tmp_path):
+    from mapping.io import read_rows
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1001, 24)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    labels = rng.integers(0, 17, 1001)
+    labels[::13] = -1
+    path = tmp_path / "v.npy"
+    np.save(path, X)
+    mm = np.load(path, mmap_mode="r")
+    np.testing.assert_array_equal(read_rows(mm, 100, 350), X[100:350])
+    keep = labels >= 0
+    dense = np.zeros((17, 24))
+    np.add.at(dense, labels[keep], X[keep].astype(np.float64))
+    dense /= np.bincount(labels[keep], minlength=17)[:, None]
+    for block in (1, 64, 1000, 5000):
+        tv = topic_vectors(mm, labels, block_rows=block)
+        assert tv.dtype == np.float64
+        np.testing.assert_array_equal(tv, dense)      # exact: float64 sums of float32 values
+    # float16 store: the blocks are widened to float32 before summing
+    np.save(path, X.astype(np.float16))
+    mm16 = np.load(path, mmap_mode="r")
+    np.testing.assert_allclose(topic_vectors(mm16, labels, block_rows=100), dense, atol=2e-3)
+
+
+def test_overlays_with_words_in_papers_table_order_equal_the_frame_path():
+    """The stage keeps the title words in papers-table order (word_row maps them to vector rows,
+    -1 for duplicates and papers without a vector); the overlays equal those of an aligned frame."""
+    from mapping.topics import PaperData, overlays, title_words
+
+    rng = np.random.default_rng(2)
+    n = 120
+    papers = pd.DataFrame({"title": _random_titles(n, seed=5), "year": rng.integers(1990, 2020, n).astype(float),
+                           "fields": [[f"F{k}" for k in rng.choice(6, size=rng.integers(0, 3), replace=False)]
+                                      for _ in range(n)],
+                           "source": rng.choice(["b", "a", "c"], n)})
+    labels = rng.integers(0, 9, n)
+    labels[rng.random(n) < 0.1] = -1
+    ref = topic_overlays(papers[labels >= 0].reset_index(drop=True), labels[labels >= 0])
+    data = PaperData.from_frame(papers)
+    perm = rng.permutation(n)                          # papers table order != row order
+    P, vocab = title_words(list(papers["title"].iloc[perm]) + ["protein protein folding"])
+    data.words, data.vocab, data.word_row = P, vocab, np.r_[perm, -1]
+    got = overlays(data, labels)
+    pd.testing.assert_frame_equal(got, ref)
