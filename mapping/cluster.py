@@ -1,19 +1,55 @@
 """Leiden (CPM) clustering of the kNN graph with CWTS-style normalisation and small-cluster merging.
 
-METHODS.md §5. Steps:
+METHODS.md §5. Node i of the graph is row i of the run's vector store (sciencemap.vectors); the
+edges table holds those rows as int32, so the graph is built from NumPy arrays, never from ids.
+Steps:
 1. Undirected graph = union of the directed kNN lists; a pair linked both ways keeps the larger
-   similarity. Weights a_ij = max(similarity, 0).
+   similarity. Weights a_ij = max(similarity, 0); pairs with a_ij = 0 are dropped. Every vector
+   row is a node, rows without an edge stay isolated nodes.
 2. CWTS normalisation: r_ij = a_ij / Σ_k a_ik (per-node strength), w_ij = r_ij + r_ji. Every node
    then carries a total weight near 2, so one CPM resolution γ means the same on any corpus size:
    a cluster of n papers holds together roughly while its internal weight ~n exceeds γ·n²/2,
    i.e. clusters of up to ~2/γ papers.
 3. igraph `community_leiden(objective_function="CPM")`, seeded through Python's `random` (igraph's
-   default RNG), per resolution.
+   default RNG), per resolution, on one igraph graph built once for the whole sweep. Leiden is
+   iterated one iteration at a time (`initial_membership` = the previous result) until an
+   iteration changes nothing or `max_iterations` have run (see "Iterations" below).
 4. Clusters below `min_cluster_size` are merged, smallest first, into the neighbouring cluster with
    the largest (link weight / size of that neighbour), repeating until none is below the minimum
    (CWTS's rule). A small cluster with no neighbour at all (a small connected component) cannot
-   be merged and is kept; the count is reported.
-Cluster ids are renumbered by decreasing size (0 = largest; ties by smallest member index).
+   be merged and is kept; the count is reported. The between-cluster link weights are summed with
+   NumPy over the edges that touch a small cluster; only the small clusters' rows of that
+   cluster graph are walked in Python.
+Cluster ids are renumbered by decreasing size (0 = largest; ties by smallest member row).
+
+Iterations. igraph's `n_iterations=-1` (until an iteration changes nothing) has no bound: it did
+not finish on a 4.9M-edge graph in 16 minutes. Measured on the demo (14,454 papers, 214,475
+undirected edges, seed 42, beta 0.01), until-stable takes 21, 22, 22, 15 and 21 iterations at
+γ = 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, and no fixed count of 1-10 iterations gives its partition at any
+of them; CPM quality after N iterations, short of the until-stable quality:
+    γ       N=1     N=2     N=3     N=5
+    3e-4   1.65%   0.29%   0.25%   0.13%
+    1e-3   1.50%   0.32%   0.20%   0.09%
+    3e-3   1.25%   0.32%   0.22%   0.16%
+    1e-2   1.20%   0.31%   0.12%   0.09%
+    3e-2   0.94%   0.44%   0.33%   0.17%
+Leiden therefore runs one iteration per call, passing the previous membership on: the same
+random stream and the same stopping rule as igraph's own loop, so the partition is bit-identical
+to `n_iterations=-1` whenever it converges within the cap (checked on the demo at all five
+resolutions, bench/leiden_scale.py --demo, and in the tests); one call per iteration costs the
+conversion of weights and membership (~7 ms an iteration on the demo). The cap:
+- graphs of `stable_below` (1M) undirected edges or more: `max_iterations` = 3. On the generated
+  100k-node / 1.9M-edge graph of bench/leiden_scale.py the quality after 1, 2, 3, 5, 10 iterations
+  is 1.18%, 0.43%, 0.29%, 0.18%, 0.09% short of 30 iterations (not yet stable there; each
+  iteration costs about the same, so 30 iterations take 10x the time of 3);
+- smaller graphs (the demo: 214k edges) iterate until stable, at most STABLE_CAP = 100, which
+  keeps the demo's clusters and MeSH accuracy unchanged at a cost of seconds.
+`max_iterations = -1` gives igraph's unbounded until-stable everywhere.
+
+Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
+type; the values are those of the float64 computation, so partitions do not change); the int64
+pair key exists only while sorting (about 28 bytes a directed edge at the peak of `undirected`).
+igraph holds about 48 bytes an undirected edge (endpoints and indexes) plus its inclist in Leiden.
 """
 from __future__ import annotations
 
@@ -22,19 +58,19 @@ import logging
 import math
 import random
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import igraph as ig
 import numpy as np
-import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sciencemap.config import comma_floats, setting
-from sciencemap.contracts import SCHEMAS
+from sciencemap.contracts import EDGES_META_KEY, SCHEMAS
 from sciencemap.layout import RunLayout
+from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError
-from sciencemap.storage import read_table, write_table_atomic
+from sciencemap.storage import atomic_dir, read_json_metadata, read_table
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +79,12 @@ log = logging.getLogger(__name__)
 # 3e-2 → 1,500 (Leiden 2,111 before merging); 1e-1 gives 13k Leiden clusters that merging folds
 # into 2.2k, i.e. mostly merging, so it is left out. The map uses the middle one (3e-3).
 DEFAULT_RESOLUTIONS = [0.0003, 0.001, 0.003, 0.01, 0.03]
+# Iterations (module docstring): 3 on large graphs; until stable (igraph's n_iterations=-1, at
+# most STABLE_CAP) below STABLE_BELOW undirected edges, which keeps the demo's partitions (214k edges,
+# stable after 15-22 iterations).
+DEFAULT_MAX_ITERATIONS = 3
+STABLE_BELOW = 1_000_000
+STABLE_CAP = 100
 
 
 @dataclass
@@ -51,122 +93,195 @@ class ClusterConfig:
                                        factory=lambda: list(DEFAULT_RESOLUTIONS), parse=comma_floats)
     min_cluster_size: int = setting(5, "smaller clusters are merged into their best-linked neighbour")
     seed: int = setting(42, "seed of Leiden (Python's random, igraph's default RNG)")
-    n_iterations: int = setting(-1, "-1 = iterate until the partition is stable")
+    max_iterations: int = setting(DEFAULT_MAX_ITERATIONS,
+                                  "Leiden iterations per resolution at most on graphs of stable_below undirected "
+                                  "edges or more (CPM quality within 0.5% of until-stable, measured); fewer if an "
+                                  "iteration changes nothing; -1 = until stable on every graph")
+    stable_below: int = setting(STABLE_BELOW, "graphs with fewer undirected edges iterate until an iteration "
+                                "changes nothing (igraph's n_iterations=-1), at most 100 iterations")
     beta: float = setting(0.01, "Leiden refinement randomness")
     target_topics: int = setting(0, ">0: add the resolution giving about this many clusters (bisection)")
 
 
 @dataclass
 class Graph:
-    """Undirected weighted graph on node indices 0..n-1 (each edge once, lo < hi)."""
-    ids: np.ndarray        # node index -> paper_id
-    lo: np.ndarray
+    """Undirected weighted graph on nodes 0..n-1 = vector-store rows (each edge once, lo < hi,
+    sorted by (lo, hi))."""
+    n: int
+    lo: np.ndarray         # int32 (int64 above 2**31 - 1 nodes)
     hi: np.ndarray
-    a: np.ndarray          # raw weight (max similarity)
-    w: np.ndarray          # CWTS-normalised weight
+    a: np.ndarray          # raw weight (max similarity, > 0), float32
+    w: np.ndarray          # CWTS-normalised weight, float64
 
     @property
-    def n(self) -> int:
-        return len(self.ids)
+    def m(self) -> int:
+        return int(len(self.lo))
 
     def igraph(self) -> ig.Graph:
-        g = ig.Graph(n=self.n, edges=np.column_stack([self.lo, self.hi]).tolist(), directed=False)
-        g.es["weight"] = self.w.tolist()
+        """igraph graph from the arrays (no weights attached: pass `self.w` to Leiden).
+
+        `Graph.add_edges` with an (m, 2) int64 array is igraph's fast path (0.6 s and 48 bytes an
+        edge for 2M edges, against 2 s and 160 bytes through the constructor's memoryview or a list)."""
+        g = ig.Graph(n=self.n, directed=False)
+        e = np.empty((self.m, 2), np.int64)
+        e[:, 0] = self.lo
+        e[:, 1] = self.hi
+        g.add_edges(e)
         return g
 
 
+def _index_dtype(n: int):
+    return np.int32 if n <= np.iinfo(np.int32).max else np.int64
+
+
 def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
-    """Union of both directions with max similarity. Inputs are node indices; returns (lo, hi, a)."""
-    lo = np.minimum(src, dst).astype(np.int64)
-    hi = np.maximum(src, dst).astype(np.int64)
-    ok = lo != hi
-    lo, hi, sim = lo[ok], hi[ok], np.asarray(sim, np.float64)[ok]
-    key = lo * n + hi
-    order = np.argsort(key, kind="stable")
-    key, sim = key[order], sim[order]
+    """Union of both directions with max similarity, clipped at 0; pairs of weight 0 and self
+    links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi)."""
+    src, dst = np.asarray(src), np.asarray(dst)
+    sim = np.asarray(sim, np.float32)
+    ok = (src != dst) & (sim > 0)
+    lo = np.minimum(src[ok], dst[ok]).astype(np.int64)
+    key = lo * n
+    del lo
+    key += np.maximum(src[ok], dst[ok])
+    sim = sim[ok]
+    idx = _index_dtype(n)
     if len(key) == 0:
-        return lo[:0], hi[:0], sim[:0]
+        return np.zeros(0, idx), np.zeros(0, idx), np.zeros(0, np.float32)
+    order = np.argsort(key)
+    key = key[order]
+    sim = sim[order]
+    del order
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     a = np.maximum.reduceat(sim, starts)
-    k = key[starts]
-    return k // n, k % n, a
+    key = key[starts]
+    return (key // n).astype(idx), (key % n).astype(idx), a
 
 
 def cwts_normalise(lo: np.ndarray, hi: np.ndarray, a: np.ndarray, n: int) -> np.ndarray:
-    """w_ij = a_ij/s_i + a_ij/s_j with s_i the strength (total raw weight) of node i."""
+    """w_ij = a_ij/s_i + a_ij/s_j with s_i the strength (total raw weight) of node i (float64)."""
     s = np.bincount(lo, weights=a, minlength=n) + np.bincount(hi, weights=a, minlength=n)
     s = np.where(s > 0, s, 1.0)
+    a = np.asarray(a, np.float64)
     return a / s[lo] + a / s[hi]
 
 
-def build_graph(src_ids: np.ndarray, dst_ids: np.ndarray, sim: np.ndarray,
-                extra_ids: np.ndarray | None = None) -> Graph:
-    """Graph from an edge list of paper ids (+ optional ids of nodes that may have no edges)."""
-    parts = [np.asarray(src_ids, object), np.asarray(dst_ids, object)]
-    if extra_ids is not None:
-        parts.append(np.asarray(extra_ids, object))
-    # Node order = first appearance (pandas' hash factorisation), so results do not depend on sorting.
-    idx, ids = pd.factorize(np.concatenate(parts))
-    ids = np.asarray(ids, dtype=object)
-    m = len(src_ids)
-    lo, hi, a = undirected(idx[:m], idx[m:2 * m], np.clip(np.asarray(sim, np.float64), 0, None), len(ids))
-    keep = a > 0
-    lo, hi, a = lo[keep], hi[keep], a[keep]
-    return Graph(ids=ids, lo=lo, hi=hi, a=a, w=cwts_normalise(lo, hi, a, len(ids)))
+def build_graph(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int | None = None) -> Graph:
+    """Graph from a directed edge list of node numbers (vector rows); n nodes (default max + 1)."""
+    src, dst = np.asarray(src), np.asarray(dst)
+    if n is None:
+        n = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
+    if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise UserError(f"edge rows must lie in 0..{n - 1}; the edges do not belong to these vectors: "
+                        "re-run the knn stage")
+    lo, hi, a = undirected(src, dst, sim, n)
+    return Graph(n=int(n), lo=lo, hi=hi, a=a, w=cwts_normalise(lo, hi, a, n))
 
 
-def leiden(g: ig.Graph, resolution: float, seed: int, n_iterations: int = -1, beta: float = 0.01) -> np.ndarray:
-    """Seeded igraph Leiden with the CPM objective; returns the membership array."""
+def leiden(g: ig.Graph, weights: np.ndarray, resolution: float, seed: int,
+           max_iterations: int = DEFAULT_MAX_ITERATIONS, beta: float = 0.01) -> tuple[np.ndarray, dict]:
+    """Seeded igraph Leiden (CPM), one iteration per call until an iteration changes nothing or
+    `max_iterations` ran (-1: no cap). Equals `n_iterations=-1` when it converges within the cap.
+
+    Returns (membership, {iterations, converged, quality, qualities (CPM quality after each iteration)})."""
     random.seed(seed)
     ig.set_random_number_generator(random)
-    part = g.community_leiden(objective_function="CPM", weights="weight", resolution=resolution,
-                              beta=beta, n_iterations=n_iterations)
-    return np.asarray(part.membership, np.int64)
+    prev = None
+    it, converged, qualities = 0, False, []
+    cap = max_iterations if max_iterations >= 0 else math.inf
+    with Progress(f"leiden γ={resolution:g}", max(max_iterations, 0), "iterations") as p:
+        while it < cap:
+            part = g.community_leiden(objective_function="CPM", weights=weights, resolution=resolution,
+                                      beta=beta, n_iterations=1, initial_membership=prev)
+            it += 1
+            qualities.append(float(part.quality))
+            cur = part.membership
+            p.advance(1)
+            if cur == prev or (prev is None and np.array_equal(cur, np.arange(g.vcount()))):
+                converged = True      # this iteration moved nothing: igraph's until-stable stops here too
+                prev = cur
+                break
+            prev = cur
+    mem = np.asarray(prev if prev is not None else np.arange(g.vcount()), np.int64)
+    return mem, {"iterations": it, "converged": converged, "quality": qualities[-1] if qualities else float("nan"),
+                 "qualities": qualities}
 
 
 def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray, w: np.ndarray,
                          min_size: int) -> tuple[np.ndarray, int]:
-    """CWTS's rule: smallest cluster first, merge it into the neighbour c maximising
-    (link weight to c) / size(c); repeat until no cluster below `min_size` has a neighbour.
+    """CWTS's rule: smallest cluster first (ties: lowest id), merge it into the neighbour c
+    maximising (link weight to c) / size(c) (ties: lowest id); repeat until no cluster below
+    `min_size` has a neighbour.
 
-    Returns (new membership, number of small clusters left because they have no neighbour)."""
+    The link weights between clusters are summed over the edges with NumPy (in edge order, so the
+    sums are those of adding edge by edge); only edges touching a small cluster are needed, since
+    only a cluster that is still small ever chooses. The sequential rule then runs over the small
+    clusters' rows alone. Returns (new membership, number of small clusters left because they
+    have no neighbour)."""
     membership = np.asarray(membership, np.int64)
     if min_size <= 1 or len(membership) == 0:
         return membership, 0
     nc = int(membership.max()) + 1
-    size = np.bincount(membership, minlength=nc).astype(np.int64)
+    size = np.bincount(membership, minlength=nc)
+    small = (size > 0) & (size < min_size)
+    if not small.any():
+        return membership, 0
     cu, cv = membership[lo], membership[hi]
-    between = cu != cv
-    adj: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for x, y, ww in zip(cu[between].tolist(), cv[between].tolist(), w[between].tolist()):
-        adj[x][y] += ww
-        adj[y][x] += ww
-    parent = np.arange(nc)
-    heap = [(int(size[c]), c) for c in range(nc) if 0 < size[c] < min_size]
+    sel = (cu != cv) & (small[cu] | small[cv])
+    cu, cv, ws = cu[sel], cv[sel], np.asarray(w, np.float64)[sel]
+    key = np.minimum(cu, cv) * nc + np.maximum(cu, cv)
+    del cu, cv, sel
+    pairs, inv = np.unique(key, return_inverse=True)
+    link = np.bincount(inv.ravel(), weights=ws, minlength=len(pairs))   # sequential, in edge order
+    x, y = pairs // nc, pairs % nc
+    # Directed rows (small cluster -> neighbour, weight), grouped by the small cluster.
+    fx, fy = small[x], small[y]
+    src = np.concatenate([x[fx], y[fy]])
+    dst = np.concatenate([y[fx], x[fy]])
+    lw = np.concatenate([link[fx], link[fy]])
+    order = np.argsort(src, kind="stable")
+    src, dst, lw = src[order], dst[order], lw[order]
+    cut = np.flatnonzero(np.r_[True, src[1:] != src[:-1], True]) if len(src) else np.zeros(1, np.int64)
+    rows: dict[int, dict[int, float]] = {}
+    src_l, dst_l, lw_l = src.tolist(), dst.tolist(), lw.tolist()   # small clusters' links only
+    for s, e in zip(cut[:-1].tolist(), cut[1:].tolist()):
+        rows[src_l[s]] = dict(zip(dst_l[s:e], lw_l[s:e]))
+    del src_l, dst_l, lw_l
+
+    sizes = size.tolist()
+    parent = list(range(nc))
+    heap = [(sizes[c], c) for c in np.flatnonzero(small).tolist()]
     heapq.heapify(heap)
     stranded = 0
     while heap:
         s, c = heapq.heappop(heap)
-        if parent[c] != c or s != size[c]:
+        if parent[c] != c or s != sizes[c]:
             continue  # already merged away, or a stale entry
-        nb = adj.get(c)
+        nb = rows.get(c)
         if not nb:
             stranded += 1
             continue
         # Largest link weight per neighbour size; ties -> lowest cluster id (deterministic).
-        best = max(nb.items(), key=lambda kv: (kv[1] / size[kv[0]], -kv[0]))[0]
+        best = max(nb.items(), key=lambda kv: (kv[1] / sizes[kv[0]], -kv[0]))[0]
         parent[c] = best
-        size[best] += size[c]
-        size[c] = 0
-        for d, ww in adj.pop(c).items():
-            del adj[d][c]
+        sizes[best] += sizes[c]
+        sizes[c] = 0
+        best_row = rows.get(best)      # None when best was never small: its row is never read
+        for d, ww in rows.pop(c).items():
+            row_d = rows.get(d)
+            if row_d is not None:
+                del row_d[c]
             if d != best:
-                adj[best][d] += ww
-                adj[d][best] += ww
-        if size[best] < min_size:
-            heapq.heappush(heap, (int(size[best]), best))
+                if best_row is not None:
+                    best_row[d] = best_row.get(d, 0.0) + ww
+                if row_d is not None:
+                    row_d[best] = row_d.get(best, 0.0) + ww
+        if sizes[best] < min_size:
+            heapq.heappush(heap, (sizes[best], best))
+        elif best_row is not None:
+            del rows[best]             # no longer small: it will never choose again
     # Resolve merge chains (a -> b -> c).
-    root = parent.copy()
+    root = np.asarray(parent, np.int64)
     while True:
         nxt = root[root]
         if np.array_equal(nxt, root):
@@ -181,35 +296,47 @@ def relabel_by_size(membership: np.ndarray) -> np.ndarray:
     order = np.lexsort((first, -counts))
     new = np.empty(len(uniq), np.int64)
     new[order] = np.arange(len(uniq))
-    return new[inv].astype(np.int32)
+    return new[inv.ravel()].astype(np.int32)
+
+
+def iterations_for(m: int, cfg: ClusterConfig) -> int:
+    """The iteration cap for a graph of m undirected edges (-1: none)."""
+    if cfg.max_iterations < 0:
+        return -1
+    return max(STABLE_CAP, cfg.max_iterations) if m < cfg.stable_below else cfg.max_iterations
 
 
 def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Graph | None = None) -> tuple[np.ndarray, dict]:
+    """Leiden at one resolution, small clusters merged, ids by size. Pass `g` (graph.igraph())
+    to reuse one igraph graph across calls."""
     g = g if g is not None else graph.igraph()
     t0 = time.perf_counter()
-    mem = leiden(g, resolution, cfg.seed, cfg.n_iterations, cfg.beta)
+    cap = iterations_for(graph.m, cfg)
+    mem, run = leiden(g, graph.w, resolution, cfg.seed, cap, cfg.beta)
     t1 = time.perf_counter()
     raw = int(mem.max()) + 1 if len(mem) else 0
     mem, stranded = merge_small_clusters(mem, graph.lo, graph.hi, graph.w, cfg.min_cluster_size)
+    t2 = time.perf_counter()
     mem = relabel_by_size(mem)
     sizes = np.bincount(mem)
     info = {"resolution": resolution, "clusters_leiden": raw, "clusters": int(len(sizes)),
             "largest": int(sizes.max()) if len(sizes) else 0,
             "smallest": int(sizes.min()) if len(sizes) else 0,
-            "stranded_small": stranded, "leiden_s": round(t1 - t0, 3),
-            "merge_s": round(time.perf_counter() - t1, 3)}
+            "stranded_small": stranded, "max_iterations": cap, "iterations": run["iterations"], "converged": run["converged"],
+            "quality": run["quality"], "leiden_s": round(t1 - t0, 3), "merge_s": round(t2 - t1, 3),
+            "relabel_s": round(time.perf_counter() - t2, 3)}
     return mem, info
 
 
 def resolution_for_target(graph: Graph, target: int, cfg: ClusterConfig, lo: float = 1e-6, hi: float = 10.0,
-                          max_steps: int = 25, rel_tol: float = 0.05) -> tuple[float, int]:
+                          max_steps: int = 25, rel_tol: float = 0.05, g: ig.Graph | None = None) -> tuple[float, int]:
     """Bisection on log γ for about `target` clusters (after merging). Returns (γ, clusters).
 
     The number of clusters grows with γ (not strictly, Leiden is heuristic); stop when within
     `rel_tol` of the target or after `max_steps`."""
     if target < 1:
         raise UserError(f"target number of topics must be >= 1, got {target}")
-    g = graph.igraph()
+    g = g if g is not None else graph.igraph()
     best = (hi, math.inf)
     a, b = math.log(lo), math.log(hi)
     for _ in range(max_steps):
@@ -227,39 +354,77 @@ def resolution_for_target(graph: Graph, target: int, cfg: ClusterConfig, lo: flo
     return best[0], int(best[1])
 
 
+def graph_size(layout: RunLayout, max_row: int) -> int:
+    """Nodes = vector-store rows; from the vector store, else the knn summary, else max row + 1."""
+    from sciencemap.vectors import open_vectors
+
+    try:
+        return open_vectors(layout).n
+    except UserError:
+        pass
+    papers = read_json_metadata(layout.table("edges"), EDGES_META_KEY).get("papers")
+    return int(papers) if papers else max_row + 1
+
+
 def load_graph(layout: RunLayout) -> Graph:
-    t = read_table(layout.table("edges"), columns=["src", "dst", "similarity"])
+    """The run's kNN graph from its edges table (int32 rows, see contracts), every vector row a node."""
+    path = layout.table("edges")
+    t = read_table(path, columns=["src", "dst", "similarity"])
     if t.num_rows == 0:
-        raise UserError(f"the edges table in {layout.table('edges')} is empty; re-run the knn stage")
-    return build_graph(t.column("src").to_numpy(zero_copy_only=False),
-                       t.column("dst").to_numpy(zero_copy_only=False),
-                       t.column("similarity").to_numpy(zero_copy_only=False))
+        raise UserError(f"the edges table in {path} is empty; re-run the knn stage")
+    if not (pa.types.is_integer(t.schema.field("src").type) and pa.types.is_integer(t.schema.field("dst").type)):
+        raise UserError(f"the edges table in {path} names papers by id (an older run); re-run the knn stage, "
+                        "which writes vector-store rows")
+    src = t.column("src").to_numpy()
+    dst = t.column("dst").to_numpy()
+    sim = t.column("similarity").to_numpy()
+    del t
+    n = graph_size(layout, int(max(src.max(), dst.max())))
+    return build_graph(src, dst, sim, n)
 
 
 def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
+    from sciencemap.vectors import open_vectors
+
     if not cfg.resolutions and cfg.target_topics <= 0:
         raise UserError("no clustering resolutions configured; set [cluster] resolutions or target_topics")
     if any(r <= 0 for r in cfg.resolutions):
         raise UserError(f"CPM resolutions must be > 0, got {cfg.resolutions}")
     t0 = time.perf_counter()
     graph = load_graph(layout)
+    ids = open_vectors(layout).ids_arrow()
+    if len(ids) != graph.n:
+        raise UserError(f"the vector store has {len(ids):,} papers but the graph {graph.n:,} nodes; "
+                        "re-run the knn stage")
+    t1 = time.perf_counter()
     g = graph.igraph()
-    t_graph = time.perf_counter() - t0
+    t_graph = time.perf_counter() - t1
+    log.info("cluster: graph of %s nodes, %s undirected edges: arrays %.1f s, igraph %.1f s, RSS %.0f MB",
+             f"{graph.n:,}", f"{graph.m:,}", t1 - t0, t_graph, current_rss_mb())
     resolutions = sorted(set(float(r) for r in cfg.resolutions))
-    summary: dict = {"papers": graph.n, "edges_undirected": int(len(graph.lo)), "graph_s": round(t_graph, 3)}
+    summary: dict = {"papers": graph.n, "edges_undirected": graph.m, "load_s": round(t1 - t0, 3),
+                     "graph_s": round(t_graph, 3)}
     if cfg.target_topics > 0:
-        gamma, c = resolution_for_target(graph, cfg.target_topics, cfg)
+        gamma, c = resolution_for_target(graph, cfg.target_topics, cfg, g=g)
         summary["target_topics"] = {"target": cfg.target_topics, "resolution": gamma, "clusters": c}
         resolutions = sorted(set(resolutions) | {gamma})
-    tables, per = [], []
-    for r in resolutions:
-        mem, info = cluster_graph(graph, r, cfg, g)
-        per.append(info)
-        log.info("cluster: %s", info)
-        tables.append(pa.table({"paper_id": pa.array(graph.ids, pa.string()),
-                                "resolution": pa.array(np.full(graph.n, r), pa.float64()),
-                                "cluster": pa.array(mem, pa.int32())}))
-    write_table_atomic(pa.concat_tables(tables), layout.table("clusters"), SCHEMAS["clusters"])
+    schema = SCHEMAS["clusters"]
+    rows = pa.array(np.arange(graph.n, dtype=np.int32))
+    per = []
+    with atomic_dir(layout.table("clusters")) as tmp, \
+            Progress("cluster", len(resolutions), "resolutions") as p:
+        for i, r in enumerate(resolutions):
+            mem, info = cluster_graph(graph, r, cfg, g)
+            tw = time.perf_counter()
+            part = pa.table([ids, rows, pa.array(np.full(graph.n, r), pa.float64()), pa.array(mem, pa.int32())],
+                            schema=schema)
+            pq.write_table(part, tmp / f"part-{i:05d}.parquet")
+            del part, mem
+            info["write_s"] = round(time.perf_counter() - tw, 3)
+            info["rss_mb"] = round(current_rss_mb())
+            per.append(info)
+            log.info("cluster: %s", info)
+            p.advance(1)
     summary["resolutions"] = per
     summary["total_s"] = round(time.perf_counter() - t0, 3)
     return summary

@@ -1,49 +1,228 @@
-"""Leiden (CPM) clustering with real igraph on real FAISS kNN graphs."""
+"""Leiden (CPM) clustering with real igraph on real FAISS kNN graphs and on generated graphs.
+
+The construction from paper ids and the dict-based merge that the module had before it worked on
+vector rows are kept here as references: the array versions must give the same graph and the same
+merges."""
 from __future__ import annotations
 
+import heapq
+import json
+import random
+from collections import defaultdict
+
+import igraph as ig
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from sciencemap.contracts import EDGES_META_KEY, SCHEMAS
+from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
-from mapping.cluster import (ClusterConfig, build_graph, cluster_graph, merge_small_clusters,
-                             resolution_for_target, run_cluster)
-from mapping.io import l2_normalise
+from sciencemap.vectors import ensure_vectors, unit_rows
+from mapping.cluster import (ClusterConfig, Graph, build_graph, cluster_graph, leiden, load_graph,
+                             merge_small_clusters, resolution_for_target, run_cluster)
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
 
-def test_undirected_union_keeps_max_similarity():
-    g = build_graph(np.array(["a", "b", "a"], object), np.array(["b", "a", "c"], object), np.array([0.5, 0.9, 0.3]))
-    pairs = {(g.ids[l], g.ids[h]): a for l, h, a in zip(g.lo, g.hi, g.a)}
-    assert pairs == {("a", "b"): 0.9, ("a", "c"): 0.3}
-    # CWTS normalisation: w_ab = 0.9/s_a + 0.9/s_b with s_a = 1.2, s_b = 0.9
-    w = dict(zip(zip(g.ids[g.lo], g.ids[g.hi]), g.w))
-    assert w[("a", "b")] == pytest.approx(0.9 / 1.2 + 1.0)
+# ---------------------------------------------------------------- the references (ids and dicts)
 
+def reference_graph(src_ids, dst_ids, sim):
+    """The construction from paper ids: node order = first appearance in (src, dst)."""
+    idx, ids = pd.factorize(np.concatenate([np.asarray(src_ids, object), np.asarray(dst_ids, object)]))
+    n, m = len(ids), len(src_ids)
+    lo = np.minimum(idx[:m], idx[m:]).astype(np.int64)
+    hi = np.maximum(idx[:m], idx[m:]).astype(np.int64)
+    s = np.clip(np.asarray(sim, np.float64), 0, None)
+    ok = lo != hi
+    lo, hi, s = lo[ok], hi[ok], s[ok]
+    key = lo * n + hi
+    order = np.argsort(key, kind="stable")
+    key, s = key[order], s[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    a = np.maximum.reduceat(s, starts)
+    k = key[starts]
+    lo, hi = k // n, k % n
+    keep = a > 0
+    lo, hi, a = lo[keep], hi[keep], a[keep]
+    st = np.bincount(lo, weights=a, minlength=n) + np.bincount(hi, weights=a, minlength=n)
+    st = np.where(st > 0, st, 1.0)
+    return np.asarray(ids, object), lo, hi, a, a / st[lo] + a / st[hi]
+
+
+def reference_merge(membership, lo, hi, w, min_size):
+    """CWTS's rule with a dict of dicts over every between-cluster edge."""
+    membership = np.asarray(membership, np.int64)
+    if min_size <= 1 or len(membership) == 0:
+        return membership, 0
+    nc = int(membership.max()) + 1
+    size = np.bincount(membership, minlength=nc).astype(np.int64)
+    cu, cv = membership[lo], membership[hi]
+    between = cu != cv
+    adj = defaultdict(lambda: defaultdict(float))
+    for x, y, ww in zip(cu[between].tolist(), cv[between].tolist(), np.asarray(w)[between].tolist()):
+        adj[x][y] += ww
+        adj[y][x] += ww
+    parent = np.arange(nc)
+    heap = [(int(size[c]), c) for c in range(nc) if 0 < size[c] < min_size]
+    heapq.heapify(heap)
+    stranded = 0
+    while heap:
+        s, c = heapq.heappop(heap)
+        if parent[c] != c or s != size[c]:
+            continue
+        nb = adj.get(c)
+        if not nb:
+            stranded += 1
+            continue
+        best = max(nb.items(), key=lambda kv: (kv[1] / size[kv[0]], -kv[0]))[0]
+        parent[c] = best
+        size[best] += size[c]
+        size[c] = 0
+        for d, ww in adj.pop(c).items():
+            del adj[d][c]
+            if d != best:
+                adj[best][d] += ww
+                adj[d][best] += ww
+        if size[best] < min_size:
+            heapq.heappush(heap, (int(size[best]), best))
+    root = parent.copy()
+    while not np.array_equal(root[root], root):
+        root = root[root]
+    return root[membership], stranded
+
+
+# ---------------------------------------------------------------- graph from arrays
+
+def test_undirected_union_keeps_max_similarity_and_every_row_is_a_node():
+    # rows 0-1 both ways (0.5, 0.9), 0-2 once, a self link, a negative pair 1-2; row 3 has no edge
+    g = build_graph(np.array([0, 1, 0, 2, 1], np.int32), np.array([1, 0, 2, 2, 2], np.int32),
+                    np.array([0.5, 0.9, 0.3, 1.0, -0.2], np.float32), n=4)
+    assert g.n == 4 and g.lo.dtype == np.int32 and g.a.dtype == np.float32 and g.w.dtype == np.float64
+    assert list(zip(g.lo.tolist(), g.hi.tolist(), g.a.tolist())) == [(0, 1, pytest.approx(0.9)), (0, 2, pytest.approx(0.3))]
+    # CWTS normalisation: w_01 = a/s_0 + a/s_1 with s_0 = 0.9 + 0.3, s_1 = 0.9
+    a01, a02 = float(np.float32(0.9)), float(np.float32(0.3))
+    assert g.w[0] == pytest.approx(a01 / (a01 + a02) + 1.0)
+    G = g.igraph()
+    assert G.vcount() == 4 and G.ecount() == 2 and G.degree() == [2, 1, 1, 0]
+    assert G.get_edgelist() == [(0, 1), (0, 2)] and "weight" not in G.es.attributes()
+    with pytest.raises(UserError):
+        build_graph(np.array([0, 5]), np.array([1, 0]), np.ones(2), n=4)
+
+
+def _knn_like(n, k, seed, ties=False):
+    """Directed kNN-style lists: row i's k neighbours (rows in order), similarities in (-0.1, 1)."""
+    rng = np.random.default_rng(seed)
+    src = np.repeat(np.arange(n, dtype=np.int32), k)
+    dst = ((src + rng.integers(1, n, len(src))) % n).astype(np.int32)
+    sim = (rng.integers(0, 5, len(src)) / 4 if ties else rng.random(len(src)) * 1.1 - 0.1).astype(np.float32)
+    return src, dst, sim
+
+
+@pytest.mark.parametrize("seed,ties", [(0, False), (1, False), (2, True)])
+def test_graph_from_rows_is_the_graph_from_ids(seed, ties):
+    n = 3000
+    src, dst, sim = _knn_like(n, 8, seed, ties)
+    ids = np.array([f"doi:{i * 7919 % 100003}" for i in range(n)], object)   # not sorted like the rows
+    ref_ids, lo, hi, a, w = reference_graph(ids[src], ids[dst], sim)
+    assert np.array_equal(ref_ids, ids), "every row has an edge: first appearance = row order"
+    g = build_graph(src, dst, sim, n)
+    assert np.array_equal(g.lo, lo) and np.array_equal(g.hi, hi)
+    assert np.array_equal(g.a.astype(np.float64), a)
+    assert np.array_equal(g.w, w), "CWTS weights bit for bit: Leiden sees the same graph"
+    G = g.igraph()
+    assert np.array_equal(np.asarray(G.get_edgelist()), np.column_stack([lo, hi]))
+
+
+def test_load_graph_reads_int_rows_with_isolated_rows_from_the_knn_summary(tmp_path):
+    layout = RunLayout(tmp_path / "r")
+    _write_edges(layout, np.array([0, 1, 2], np.int32), np.array([1, 2, 0], np.int32), np.ones(3, np.float32),
+                 papers=6)
+    g = load_graph(layout)
+    assert g.n == 6 and g.m == 3, "rows 3-5 have no edge and stay nodes (papers = 6 in the knn summary)"
+    _write_edges(layout, np.array([0, 1, 2], np.int32), np.array([1, 2, 0], np.int32), np.ones(3, np.float32))
+    assert load_graph(layout).n == 3, "no summary, no vectors: max row + 1"
+    old = pa.table({"src": ["a", "b"], "dst": ["b", "a"], "similarity": pa.array([1.0, 1.0], pa.float32()),
+                    "rank": pa.array([1, 1], pa.int16())})
+    pq.write_table(old, layout.table("edges") / "part-00000.parquet")
+    with pytest.raises(UserError, match="re-run the knn stage"):
+        load_graph(layout)
+
+
+# ---------------------------------------------------------------- Leiden iterations
 
 @pytest.fixture
 def planted_graph(clustered_vectors):
-    """kNN graph of 5 planted clusters of 50 points: (graph, true labels, ids)."""
+    """kNN graph of 5 planted clusters of 50 points: (graph, true labels)."""
     X, labels = clustered_vectors(5, 50, 20, 0.25, 1)
-    _, src, dst, sim, _ = knn_edges(l2_normalise(X), KnnConfig(k=12, index="flat"))
-    ids = np.array([f"n{i}" for i in range(len(X))], object)
-    return build_graph(ids[src], ids[dst], sim), labels, ids
+    _, src, dst, sim, _ = knn_edges(unit_rows(X), KnnConfig(k=12, index="flat"))
+    return build_graph(src, dst, sim, len(X)), labels
+
+
+def _bare(G, w, resolution, seed, n_iterations):
+    random.seed(seed)
+    ig.set_random_number_generator(random)
+    return G.community_leiden(objective_function="CPM", weights=w, resolution=resolution, beta=0.01,
+                              n_iterations=n_iterations)
+
+
+def test_leiden_iterations_capped_and_equal_to_until_stable_when_converged():
+    src, dst, sim = _knn_like(2000, 10, 3)
+    g = build_graph(src, dst, sim, 2000)
+    G = g.igraph()
+    needed = {}
+    for r in [0.003, 0.03, 0.3]:
+        stable = _bare(G, g.w, r, 42, -1)
+        mem, info = leiden(G, g.w, r, 42, max_iterations=-1)
+        assert info["converged"] and np.array_equal(mem, stable.membership), "bit-identical to until-stable"
+        assert info["quality"] == pytest.approx(stable.quality, abs=1e-12)
+        needed[r] = info["iterations"]
+        mem, _ = leiden(G, g.w, r, 42, max_iterations=needed[r])
+        assert np.array_equal(mem, stable.membership), "a cap the run does not reach changes nothing"
+        for cap in (1, 2):
+            mem, info = leiden(G, g.w, r, 42, max_iterations=cap)
+            assert info["iterations"] == min(cap, needed[r])
+            assert info["converged"] == (needed[r] <= cap)
+            assert np.array_equal(mem, _bare(G, g.w, r, 42, cap).membership), "a cap of N = igraph's N iterations"
+    assert max(needed.values()) >= 4, f"some resolution needs several iterations (else the test proves little): {needed}"
+    r = max(needed, key=needed.get)
+    capped, _ = leiden(G, g.w, r, 42, max_iterations=2)
+    assert not np.array_equal(capped, _bare(G, g.w, r, 42, -1).membership), "the cap does stop the iterations"
+
+
+def test_cap_by_graph_size_small_graphs_until_stable_large_ones_capped():
+    src, dst, sim = _knn_like(2000, 10, 3)
+    g = build_graph(src, dst, sim, 2000)
+    G = g.igraph()
+    stable = _bare(G, g.w, 0.03, 42, -1)
+    mem, info = cluster_graph(g, 0.03, ClusterConfig(min_cluster_size=1), G)
+    assert info["max_iterations"] == 100 and info["converged"] and info["iterations"] > 3
+    assert info["quality"] == pytest.approx(stable.quality, abs=1e-12)
+    # the same graph treated as large: the fixed cap
+    mem, info = cluster_graph(g, 0.03, ClusterConfig(min_cluster_size=1, stable_below=g.m, max_iterations=2), G)
+    assert info["max_iterations"] == 2 and info["iterations"] == 2 and not info["converged"]
+    assert info["quality"] == pytest.approx(_bare(G, g.w, 0.03, 42, 2).quality, abs=1e-12)
+    _, info = cluster_graph(g, 0.03, ClusterConfig(min_cluster_size=1, stable_below=g.m, max_iterations=-1), G)
+    assert info["max_iterations"] == -1 and info["quality"] == pytest.approx(stable.quality, abs=1e-12)
 
 
 def test_leiden_recovers_planted_clusters(planted_graph):
     from sklearn.metrics import adjusted_rand_score
 
-    graph, labels, ids = planted_graph
+    graph, labels = planted_graph
     mem, info = cluster_graph(graph, 0.005, ClusterConfig(min_cluster_size=1, seed=7))
-    truth = labels[np.array([int(s[1:]) for s in graph.ids])]
-    assert adjusted_rand_score(truth, mem) == pytest.approx(1.0)
-    assert info["clusters"] == 5
-    again, _ = cluster_graph(graph, 0.005, ClusterConfig(min_cluster_size=1, seed=7))
+    assert adjusted_rand_score(labels, mem) == pytest.approx(1.0)
+    assert info["clusters"] == 5 and info["converged"]
+    again, _ = cluster_graph(graph, 0.005, ClusterConfig(min_cluster_size=1, seed=7), graph.igraph())
     assert np.array_equal(mem, again), "same seed, same partition"
 
 
+# ---------------------------------------------------------------- merging small clusters
+
 def test_merge_rule_leaves_no_small_cluster_and_follows_cwts_choice(planted_graph):
-    graph, _, _ = planted_graph
+    graph, _ = planted_graph
     mem, info = cluster_graph(graph, 0.3, ClusterConfig(min_cluster_size=12, seed=1))
     assert info["clusters_leiden"] > info["clusters"]
     assert np.bincount(mem).min() >= 12
@@ -56,6 +235,89 @@ def test_merge_rule_leaves_no_small_cluster_and_follows_cwts_choice(planted_grap
     # A small cluster with no neighbour cannot merge and is reported.
     new, stranded = merge_small_clusters(np.array([0, 0, 1]), np.array([0]), np.array([1]), np.array([1.0]), 2)
     assert stranded == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_merge_equals_the_reference_rule(seed):
+    rng = np.random.default_rng(seed)
+    n = 4000
+    # Many tiny clusters beside a few big ones, some isolated nodes; integer weights on odd seeds (ties).
+    sizes = np.concatenate([rng.integers(1, 5, 600), rng.integers(5, 200, 15)])
+    membership = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))[:n]
+    membership = np.unique(membership, return_inverse=True)[1]
+    n = len(membership)
+    src, dst, sim = _knn_like(n, 3, seed + 10, ties=bool(seed % 2))
+    keep = rng.random(len(src)) > 0.02 * (seed + 1)       # drop some edges: small islands appear
+    g = build_graph(src[keep], dst[keep], sim[keep], n)
+    for min_size in (2, 5, 30):
+        new, stranded = merge_small_clusters(membership, g.lo, g.hi, g.w, min_size)
+        ref, ref_stranded = reference_merge(membership, g.lo, g.hi, g.w, min_size)
+        assert np.array_equal(new, ref) and stranded == ref_stranded
+        left = np.bincount(new)[np.unique(new)]
+        assert (left >= min_size).sum() + stranded == len(left)
+    # Leiden's own membership on this graph, at a resolution that leaves many small clusters.
+    mem, _ = leiden(g.igraph(), g.w, 0.5, seed, max_iterations=2)
+    new, stranded = merge_small_clusters(mem, g.lo, g.hi, g.w, 5)
+    ref, ref_stranded = reference_merge(mem, g.lo, g.hi, g.w, 5)
+    assert np.array_equal(new, ref) and stranded == ref_stranded
+
+
+def test_merge_with_tied_ratios_chooses_the_lowest_id():
+    # cluster 2 (node 4) links 1.0 to cluster 1 (size 2) and, listed second, 1.0 to cluster 0 (size 2):
+    # equal weight/size, so the lowest id (0) wins whatever the edge order.
+    membership = np.array([0, 0, 1, 1, 2])
+    lo, hi = np.array([2, 0, 0, 2]), np.array([4, 4, 1, 3])
+    w = np.array([1.0, 1.0, 1.0, 1.0])
+    new, stranded = merge_small_clusters(membership, lo, hi, w, min_size=2)
+    ref, _ = reference_merge(membership, lo, hi, w, min_size=2)
+    assert np.array_equal(new, ref) and new[4] == new[0] != new[2] and stranded == 0
+
+
+# ---------------------------------------------------------------- the stage
+
+def _write_edges(layout: RunLayout, src, dst, sim, papers: int | None = None) -> None:
+    schema = SCHEMAS["edges"]
+    if papers is not None:
+        schema = schema.with_metadata({EDGES_META_KEY: json.dumps({"papers": papers}).encode()})
+    d = layout.table("edges")
+    d.mkdir(parents=True, exist_ok=True)
+    for f in d.glob("*.parquet"):
+        f.unlink()
+    rank = np.ones(len(src), np.int16)
+    pq.write_table(pa.table([pa.array(src, pa.int32()), pa.array(dst, pa.int32()), pa.array(sim, pa.float32()),
+                             pa.array(rank)], schema=schema), d / "part-00000.parquet")
+
+
+def test_stage_on_vectors_and_row_edges_with_isolated_papers(tmp_path, make_run):
+    layout, labels = make_run(tmp_path / "r", n_clusters=4, per=30, dim=16, noise=0.2)
+    vec = ensure_vectors(layout)
+    n = vec.n
+    X = vec.block(0, n)
+    S = X @ X.T
+    np.fill_diagonal(S, -np.inf)
+    nb = np.argsort(-S, axis=1)[:, :8]
+    src = np.repeat(np.arange(n), 8)
+    dst = nb.ravel()
+    lonely = np.array([5, 77])                       # papers whose kNN lists were lost: no edge at all
+    keep = ~np.isin(src, lonely) & ~np.isin(dst, lonely)
+    _write_edges(layout, src[keep], dst[keep], S[src, dst][keep], papers=n)
+    s = run_cluster(ClusterConfig(resolutions=[0.01, 0.1], min_cluster_size=3), layout)
+    assert s["papers"] == n and all(r["converged"] for r in s["resolutions"]), "a small graph: until stable"
+    files = sorted(p.name for p in layout.table("clusters").glob("*.parquet"))
+    assert files == ["part-00000.parquet", "part-00001.parquet"], "one part file per resolution"
+    t = read_table(layout.table("clusters"))
+    assert t.schema.equals(SCHEMAS["clusters"])
+    c = t.to_pandas()
+    assert c.groupby("resolution").size().eq(n).all()
+    ids = vec.ids()
+    low = c[c.resolution == 0.01].sort_values("row")
+    assert np.array_equal(low["row"], np.arange(n)) and np.array_equal(low["paper_id"], ids)
+    from sklearn.metrics import adjusted_rand_score
+    busy = ~np.isin(np.arange(n), lonely)
+    assert adjusted_rand_score(labels[busy], low["cluster"].to_numpy()[busy]) > 0.95
+    sizes = low.groupby("cluster").size()
+    assert sizes[low.set_index("row").loc[lonely, "cluster"]].eq(1).all(), "isolated papers: stranded singletons"
+    assert s["resolutions"][0]["stranded_small"] == 2
 
 
 def test_run_cluster_writes_all_resolutions_and_target(tmp_path, make_run):
@@ -74,6 +336,6 @@ def test_run_cluster_writes_all_resolutions_and_target(tmp_path, make_run):
 
 
 def test_resolution_bisection_hits_target(planted_graph):
-    graph, _, _ = planted_graph
-    gamma, c = resolution_for_target(graph, 20, ClusterConfig(min_cluster_size=1))
+    graph, _ = planted_graph
+    gamma, c = resolution_for_target(graph, 20, ClusterConfig(min_cluster_size=1), g=graph.igraph())
     assert abs(c - 20) <= 2 and gamma > 0

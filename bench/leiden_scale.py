@@ -1,0 +1,288 @@
+"""Leiden at scale (issue 13): the cluster stage on a generated graph against a bare igraph call.
+
+    flock /tmp/bench.lock nice -n 5 .venv/bin/python bench/leiden_scale.py                # 1M nodes / 20M edges
+    nice -n 10 .venv/bin/python bench/leiden_scale.py --nodes 100000 --edges 2000000      # a quick look
+    nice -n 10 .venv/bin/python bench/leiden_scale.py --demo runs/base                    # the demo's graph
+
+Scale mode:
+1. Generates a kNN-like directed graph with community structure (seeded, NumPy only): --nodes rows,
+   --edges // --nodes out-links each; communities of log-normal sizes (median --community papers);
+   a link stays inside the paper's community with probability --p-in and then has a higher
+   similarity; --outliers of the papers link only at random (they end in small clusters, which the
+   merge folds in). Written as a run directory: an edges table of int32 rows (with the knn summary
+   in its metadata) and a 1-d vector store (only its row count and paper ids are read).
+2. The cluster stage itself (mapping.cluster.run_cluster, one resolution, max_iterations = --iterations):
+   reading the arrays, union + CWTS normalisation, igraph construction, Leiden, merge, relabel, write.
+3. Reference in the same run: the same graph built again from the arrays (the construction is
+   timed separately and left out of both sides), then one bare `igraph.Graph.community_leiden`
+   call (CPM, same resolution, seed, beta, weights, n_iterations = the iterations the stage ran).
+   Printed: stage time (without the igraph construction) / bare time, target <= 1.2; merge time /
+   Leiden time, target <= 0.10; and the quality of both (the same partition gives the same value).
+4. Quality against iterations: Leiden one iteration at a time (as the stage does) until an
+   iteration changes nothing, capped at --stable-cap iterations (said in the output when the cap
+   is hit); CPM quality after 1, 2, 3, 5, 10 iterations against the last; target: the stage's
+   iteration count within 0.5%.
+
+Demo mode (--demo RUN): on a run's kNN graph (int32 row edges, or the older string-id edges with
+node order = first appearance), for each default resolution: igraph's until-stable call against the
+stage's capped loop (identical?), how many iterations until stable, whether a fixed N = 1..5 gives
+the same partition, and the quality gap after N iterations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sciencemap.contracts import EDGES_META_KEY, SCHEMAS, VECTORS_IDS, VECTORS_MATRIX, VECTORS_META
+from sciencemap.layout import RunLayout
+from sciencemap.progress import current_rss_mb
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def generate(n: int, m: int, community: float, p_in: float, outliers: float, seed: int):
+    """Directed kNN-like lists: (src int32, dst int32, sim float32), k = m // n links per row."""
+    rng = np.random.default_rng(seed)
+    k = max(1, m // n)
+    sizes = np.clip(rng.lognormal(np.log(community), 1.0, size=4 * n // int(community) + 10), 5, 50 * community)
+    sizes = sizes.astype(np.int64)
+    sizes = sizes[: np.searchsorted(np.cumsum(sizes), n) + 1]
+    comm = np.repeat(np.arange(len(sizes)), sizes)[:n]
+    comm = comm[rng.permutation(n)]                      # rows in no particular order of community
+    order = np.argsort(comm, kind="stable")
+    start = np.searchsorted(comm[order], np.arange(len(sizes)))
+    size = np.bincount(comm, minlength=len(sizes))
+    outlier = rng.random(n) < outliers
+    src = np.repeat(np.arange(n, dtype=np.int32), k)
+    c = comm[src]
+    inside = (rng.random(len(src)) < p_in) & ~outlier[src]
+    pick = start[c] + (rng.random(len(src)) * size[c]).astype(np.int64)
+    dst = np.where(inside, order[pick], rng.integers(0, n, len(src))).astype(np.int32)
+    del c, pick
+    same = dst == src
+    dst[same] = (dst[same] + 1) % n
+    sim = np.where(inside, 0.55 + 0.4 * rng.random(len(src)), 0.25 + 0.35 * rng.random(len(src))).astype(np.float32)
+    return src, dst, sim, int(len(sizes))
+
+
+def write_run(root: Path, src, dst, sim, n: int, parts: int = 8) -> RunLayout:
+    """An edges table (int32 rows, knn summary in the metadata) and a 1-d vector store."""
+    layout = RunLayout(root)
+    d = layout.table("edges")
+    d.mkdir(parents=True)
+    k = max(1, len(src) // n)
+    schema = SCHEMAS["edges"].with_metadata({EDGES_META_KEY: json.dumps({"papers": n, "k": k, "index": "generated"}).encode()})
+    rank = np.tile(np.arange(1, k + 1, dtype=np.int16), n)[: len(src)]
+    for i, part in enumerate(np.array_split(np.arange(len(src)), parts)):
+        s = slice(int(part[0]), int(part[-1]) + 1)
+        pq.write_table(pa.table([pa.array(src[s]), pa.array(dst[s]), pa.array(sim[s]), pa.array(rank[s])], schema=schema),
+                       d / f"part-{i:05d}.parquet")
+    v = layout.vectors_dir
+    v.mkdir(parents=True)
+    X = np.lib.format.open_memmap(v / VECTORS_MATRIX, mode="w+", dtype=np.float16, shape=(n, 1))
+    X[:] = 1
+    X.flush()
+    del X
+    ids = pa.array(np.char.add("gen:", np.arange(n).astype(str)))
+    pq.write_table(pa.table({"paper_id": ids}), v / VECTORS_IDS)
+    (v / VECTORS_META).write_text(json.dumps({"format": 1, "rows": n, "dim": 1, "dtype": "float16", "normalised": True,
+                                              "source": "generated", "source_dir": ""}))
+    return layout
+
+
+def bare_leiden(G, w, resolution: float, seed: int, n_iterations: int, beta: float = 0.01):
+    import igraph as ig
+
+    random.seed(seed)
+    ig.set_random_number_generator(random)
+    return G.community_leiden(objective_function="CPM", weights=w, resolution=resolution, beta=beta,
+                              n_iterations=n_iterations)
+
+
+def quality_curve(G, w, resolution: float, seed: int, cap: int, beta: float = 0.01):
+    """One iteration per call (as the stage), until an iteration changes nothing or `cap` ran:
+    [(iteration, quality, seconds so far)], converged."""
+    import igraph as ig
+
+    random.seed(seed)
+    ig.set_random_number_generator(random)
+    prev, out, t0 = None, [], time.perf_counter()
+    for it in range(1, cap + 1):
+        p = G.community_leiden(objective_function="CPM", weights=w, resolution=resolution, beta=beta,
+                               n_iterations=1, initial_membership=prev)
+        out.append((it, float(p.quality), time.perf_counter() - t0))
+        print(f"    iteration {it}: quality {p.quality:.6f}, {len(set(p.membership)):,} clusters, "
+              f"{out[-1][2]:.1f} s, RSS {current_rss_mb():,.0f} MB", flush=True)
+        if p.membership == prev:
+            return out, True
+        prev = p.membership
+    return out, False
+
+
+def scale(args) -> None:
+    from mapping.cluster import ClusterConfig, load_graph, run_cluster
+
+    root = Path(tempfile.mkdtemp(prefix="leiden_scale_", dir=args.tmp))
+    try:
+        t = time.perf_counter()
+        src, dst, sim, ncomm = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
+        layout = write_run(root / "run", src, dst, sim, args.nodes)
+        del src, dst, sim
+        print(f"generated {args.nodes:,} nodes, {args.edges:,} directed edges, {ncomm:,} planted communities "
+              f"in {time.perf_counter() - t:.1f} s (written to {root})", flush=True)
+
+        print(f"\n== the cluster stage (run_cluster: gamma {args.resolution:g}, max_iterations {args.iterations}, "
+              f"min_cluster_size {args.min_size})", flush=True)
+        cfg = ClusterConfig(resolutions=[args.resolution], min_cluster_size=args.min_size, seed=args.seed,
+                            max_iterations=args.iterations)
+        rss0 = current_rss_mb()
+        s = run_cluster(cfg, layout)
+        r = s["resolutions"][0]
+        stage_s = s["total_s"] - s["graph_s"]
+        print(f"  load + union + CWTS {s['load_s']:.1f} s | igraph from arrays {s['graph_s']:.1f} s | "
+              f"Leiden {r['leiden_s']:.1f} s ({r['iterations']} iterations, quality {r['quality']:.6f}) | "
+              f"merge {r['merge_s']:.2f} s | relabel {r['relabel_s']:.2f} s | write {r['write_s']:.2f} s | "
+              f"total {s['total_s']:.1f} s", flush=True)
+        print(f"  {s['edges_undirected']:,} undirected edges; {r['clusters_leiden']:,} Leiden clusters -> {r['clusters']:,} "
+              f"after merging (smallest {r['smallest']}, largest {r['largest']:,}, stranded {r['stranded_small']}); "
+              f"RSS {rss0:,.0f} -> {r['rss_mb']:,} MB, peak {peak_mb():,.0f} MB", flush=True)
+
+        print("\n== reference: the same graph from the arrays, one bare community_leiden call", flush=True)
+        t = time.perf_counter()
+        graph = load_graph(layout)
+        t_load = time.perf_counter() - t
+        t = time.perf_counter()
+        G = graph.igraph()
+        t_build = time.perf_counter() - t
+        print(f"  arrays {t_load:.1f} s; igraph construction from arrays {t_build:.1f} s "
+              f"({graph.m:,} edges, RSS {current_rss_mb():,.0f} MB)", flush=True)
+        if args.old_construction:
+            import igraph as ig
+
+            t = time.perf_counter()
+            G_old = ig.Graph(n=graph.n, edges=np.column_stack([graph.lo, graph.hi]).tolist(), directed=False)
+            G_old.es["weight"] = graph.w.tolist()
+            t_old = time.perf_counter() - t
+            print(f"  the former construction (edge list and weights as Python lists) {t_old:.1f} s, "
+                  f"peak RSS {peak_mb():,.0f} MB", flush=True)
+            del G_old
+        t = time.perf_counter()
+        bare = bare_leiden(G, graph.w, args.resolution, args.seed, r["iterations"])
+        bare_s = time.perf_counter() - t
+        print(f"  bare community_leiden, n_iterations={r['iterations']}: {bare_s:.1f} s, quality {bare.quality:.6f} "
+              f"({'the same partition quality as the stage' if abs(bare.quality - r['quality']) < 1e-12 else 'DIFFERENT quality'})",
+              flush=True)
+
+        print(f"\n== quality against iterations (until stable, capped at {args.stable_cap})", flush=True)
+        curve, converged = quality_curve(G, graph.w, args.resolution, args.seed, args.stable_cap)
+        last = curve[-1][1]
+        print(f"  {'until stable' if converged else 'cap reached, NOT stable'} after {curve[-1][0]} iterations, "
+              f"quality {last:.6f}, {curve[-1][2]:.1f} s")
+        for it, q, sec in curve:
+            if it in (1, 2, 3, 5, 10) or it == r["iterations"]:
+                print(f"  N={it:>2}: quality {q:.6f}, {100 * (last - q) / abs(last):.3f}% below the last, "
+                      f"{sec:.1f} s ({sec / curve[-1][2]:.0%} of the time to the last)")
+
+        gap = next((100 * (last - q) / abs(last) for it, q, _ in curve if it == r["iterations"]), 0.0)
+        leiden_loop = r["leiden_s"] + r["merge_s"] + r["relabel_s"] + r["write_s"]
+        print("\n== figures")
+        print(f"  stage without igraph construction / bare Leiden: {stage_s:.1f} / {bare_s:.1f} s = "
+              f"{stage_s / bare_s:.2f} (target <= 1.2)")
+        print(f"  (Leiden loop + merge + relabel + write) / bare Leiden: {leiden_loop:.1f} / {bare_s:.1f} s = "
+              f"{leiden_loop / bare_s:.2f}")
+        print(f"  merge / Leiden: {r['merge_s']:.2f} / {r['leiden_s']:.1f} s = {r['merge_s'] / r['leiden_s']:.3f} "
+              f"(target <= 0.10)")
+        print(f"  quality at the stage's {r['iterations']} iterations: {gap:.3f}% below "
+              f"{'until-stable' if converged else f'the {args.stable_cap}-iteration cap'} (target <= 0.5%)")
+        print(f"  igraph construction from arrays: {t_build:.1f} s; peak RSS {peak_mb():,.0f} MB")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def demo(args) -> None:
+    import pandas as pd
+
+    from mapping.cluster import DEFAULT_MAX_ITERATIONS, DEFAULT_RESOLUTIONS, build_graph, leiden, load_graph
+
+    run = Path(args.demo)
+    t = pq.read_table(run / "edges", columns=["src", "dst", "similarity"])
+    if pa.types.is_integer(t.schema.field("src").type):
+        graph = load_graph(RunLayout(run))
+        how = "int32 rows"
+    else:   # the older edges: paper ids, node order = first appearance in (src, dst)
+        m = t.num_rows
+        idx, ids = pd.factorize(np.concatenate([t.column("src").to_numpy(zero_copy_only=False),
+                                                t.column("dst").to_numpy(zero_copy_only=False)]))
+        graph = build_graph(idx[:m], idx[m:], t.column("similarity").to_numpy(), len(ids))
+        how = "paper ids, nodes in order of first appearance"
+    G = graph.igraph()
+    cap = args.iterations if args.iterations_given else DEFAULT_MAX_ITERATIONS
+    print(f"{run}: {graph.n:,} nodes, {graph.m:,} undirected edges ({how}); seed {args.seed}, beta 0.01, "
+          f"stage cap max_iterations={cap}")
+    all_same = True
+    for r in DEFAULT_RESOLUTIONS:
+        t0 = time.perf_counter()
+        stable = bare_leiden(G, graph.w, r, args.seed, -1)
+        t_stable = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mem, info = leiden(G, graph.w, r, args.seed, cap)
+        t_loop = time.perf_counter() - t0
+        same = bool(np.array_equal(mem, stable.membership))
+        all_same &= same
+        fixed = {n: bare_leiden(G, graph.w, r, args.seed, n).membership == stable.membership for n in range(1, 6)}
+        q = info["qualities"]
+        gaps = ", ".join(f"N={n}: {100 * (stable.quality - q[n - 1]) / abs(stable.quality):.3f}%"
+                         for n in (1, 2, 3, 5) if n <= len(q))
+        print(f"gamma {r:g}: until stable after {info['iterations']} iterations "
+              f"({'converged' if info['converged'] else 'CAP REACHED'}); stage loop == n_iterations=-1: "
+              f"{'yes' if same else 'NO'}; time {t_loop:.2f} s vs {t_stable:.2f} s; fixed N == -1: "
+              + " ".join(f"{n}:{'yes' if v else 'no'}" for n, v in fixed.items()))
+        print(f"    quality gap to until-stable after N iterations: {gaps}")
+    print(f"all resolutions identical to until-stable: {'yes' if all_same else 'NO'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--edges", type=int, default=20_000_000, help="directed kNN edges (edges // nodes per node)")
+    ap.add_argument("--community", type=float, default=200.0, help="median planted community size")
+    ap.add_argument("--p-in", type=float, default=0.8, help="share of a paper's links inside its community")
+    ap.add_argument("--outliers", type=float, default=0.02, help="share of papers linking only at random")
+    ap.add_argument("--resolution", type=float, default=0.003)
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="the stage's max_iterations (default 3; in --demo: the module's default cap)")
+    ap.add_argument("--stable-cap", type=int, default=30, help="cap of the until-stable run for the quality curve")
+    ap.add_argument("--min-size", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--old-construction", action="store_true",
+                    help="also time the former construction (Python lists of edges and weights)")
+    ap.add_argument("--tmp", default=None, help="directory for the generated run (default: the system's)")
+    ap.add_argument("--demo", help="a run directory: compare the stage's capped loop with until-stable on its graph")
+    args = ap.parse_args()
+    args.iterations_given = args.iterations is not None
+    if args.iterations is None:
+        args.iterations = 3
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    logging.getLogger("sciencemap.progress").setLevel(logging.INFO)
+    if args.demo:
+        demo(args)
+    else:
+        scale(args)
+
+
+if __name__ == "__main__":
+    main()
