@@ -283,6 +283,7 @@ def accuracy(V: sp.csr_matrix, labels: np.ndarray) -> tuple[float, int]:
     _, lab = np.unique(labels, return_inverse=True)
     M = sp.csr_matrix((np.ones(N), (lab, np.arange(N))), shape=(lab.max() + 1, N))
     S = (M @ V).tocsr()                              # cluster sums, C × d
+    S.sort_indices()                                 # sorted rows: the lookups below binary-search
     T = np.asarray(V.sum(axis=0)).ravel()            # corpus sum
     Vc = V.tocoo()
     s_vals = np.asarray(S[lab[Vc.row], Vc.col]).ravel()

@@ -1,0 +1,219 @@
+"""The evaluate stage's MeSH accuracy at scale: time and peak memory against the previous code.
+
+    python bench/evaluate_scale.py                          # 2M generated papers, all with MeSH
+    python bench/evaluate_scale.py --n 200000 --ref-n 100000   # a quick look
+
+Generates (bench/synthetic.py) papers with MeSH-like descriptors (3-6 a paper, with tree numbers
+and a major flag), the vector store's ids and a clusters table (paper_id, row, resolution,
+cluster; three resolutions), then runs, each in its own child process so that each peak RSS is
+its own:
+- new:       mapping.evaluate.mesh_evaluation (Arrow batches, compact assignment arrays, labels by row)
+- reference: the previous implementation (the papers' MeSH lists as pandas objects, one Python loop
+             per paper, labels by a pandas reindex of the whole clusters table), on the first
+             --ref-n papers (the same corpus, its first part files), where the new code runs too.
+Prints seconds, peak RSS (and the RSS after imports), bytes per paper, the ratios new/reference
+at --ref-n, and whether both give the same figures (they must: bit for bit).
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from synthetic import write_corpus  # bench/synthetic.py; a script's own folder is on its import path
+
+RESOLUTIONS = ((0.001, 50), (0.01, 500), (0.1, 5000))
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------- data
+
+def make_run(root: Path, n: int, shard: int) -> Path:
+    """papers/ + clusters/ for n generated papers (cached in root)."""
+    from sciencemap.contracts import SCHEMAS
+
+    run = root / f"mesh_{n}"
+    if (run / "done").exists():
+        return run
+    write_corpus(run, n, dim=4, shard=shard, mesh_share=1.0)
+    rng = np.random.default_rng(0)
+    (run / "clusters").mkdir(exist_ok=True)
+    ids = pa.array([f"gen:{i}" for i in range(n)], pa.string())
+    for k, (r, C) in enumerate(RESOLUTIONS):
+        order = rng.permutation(n)                          # any row order: labels are gathered by row
+        pq.write_table(pa.table({"paper_id": ids.take(pa.array(order)), "row": pa.array(order, pa.int32()),
+                                 "resolution": pa.array(np.full(n, r)),
+                                 "cluster": pa.array(rng.integers(0, C, n), pa.int32())}, schema=SCHEMAS["clusters"]),
+                       run / "clusters" / f"part-{k:05d}.parquet")
+    (run / "done").write_text("")
+    return run
+
+
+def vector_ids(n: int) -> pa.Array:
+    return pa.array([f"gen:{i}" for i in range(n)], pa.string())
+
+
+# ---------------------------------------------------------------- the previous implementation
+
+def _ref_ic(records, major_weight, drop_names, drop_uis):
+    f, trees = Counter(), {}
+    for terms in records:
+        for t in terms:
+            if t.get("name") in drop_names or t.get("ui") in drop_uis:
+                continue
+            k = t.get("ui") or t.get("name")
+            if not k:
+                continue
+            f[k] += major_weight if t.get("major") else 1.0
+            trees.setdefault(k, set()).update(() if t.get("tree_numbers") is None else t.get("tree_numbers"))
+    tn_list = sorted((tn, k) for k, tns in trees.items() for tn in tns)
+    tns_sorted = [tn for tn, _ in tn_list]
+    F = {}
+    for k in f:
+        desc = set()
+        for tn in trees.get(k, ()):
+            i = bisect.bisect_left(tns_sorted, tn + ".")
+            while i < len(tns_sorted) and tns_sorted[i].startswith(tn + "."):
+                desc.add(tn_list[i][1])
+                i += 1
+        desc.discard(k)
+        F[k] = f[k] + sum(f[d] for d in desc)
+    total = sum(F.values())
+    return {k: -math.log(v / total) for k, v in F.items()}
+
+
+def _ref_vectors(records, major_weight, drop_names, drop_uis):
+    import scipy.sparse as sp
+
+    ic = _ref_ic(records, major_weight, drop_names, drop_uis)
+    keys = sorted(ic)
+    col = {k: i for i, k in enumerate(keys)}
+    rows, indptr, indices, data = [], [0], [], []
+    for r, terms in enumerate(records):
+        comp = {}
+        for t in terms:
+            if t.get("name") in drop_names or t.get("ui") in drop_uis:
+                continue
+            k = t.get("ui") or t.get("name")
+            if k not in col or ic[k] <= 0:
+                continue
+            val = ic[k] * (major_weight if t.get("major") else 1.0)
+            comp[col[k]] = max(comp.get(col[k], 0.0), val)
+        if not comp:
+            continue
+        rows.append(r)
+        for c in sorted(comp):
+            indices.append(c)
+            data.append(comp[c])
+        indptr.append(len(indices))
+    V = sp.csr_matrix((np.asarray(data, float), np.asarray(indices, np.int64), np.asarray(indptr, np.int64)),
+                      shape=(len(rows), len(keys)))
+    norms = np.sqrt(np.asarray(V.multiply(V).sum(axis=1)).ravel())
+    return np.asarray(rows, np.int64), (sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ V).tocsr(), keys
+
+
+def reference_evaluation(run: Path) -> dict:
+    from sciencemap.storage import read_table
+
+    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, accuracy, granularity
+
+    clusters = read_table(run / "clusters").to_pandas()
+    papers = read_table(run / "papers", columns=["paper_id", "mesh"]).to_pandas()
+    has_mesh = papers["mesh"].map(lambda m: m is not None and len(m) > 0)
+    pm = papers[has_mesh].drop_duplicates("paper_id")
+    pm = pm[pm["paper_id"].isin(set(clusters["paper_id"].unique()))].reset_index(drop=True)
+    rows, V, keys = _ref_vectors([list(m) for m in pm["mesh"]], 2.0, CHECK_TAGS, CHECK_TAG_UIS)
+    ev_ids = pm["paper_id"].to_numpy(dtype=object)[rows]
+    out = {"papers_with_mesh": int(has_mesh.sum()), "evaluated": int(len(ev_ids)), "descriptors": len(keys),
+           "resolutions": []}
+    for r in sorted(clusters["resolution"].unique()):
+        lab = clusters[clusters["resolution"] == r].set_index("paper_id")["cluster"].reindex(ev_ids).to_numpy()
+        a, unrelated = accuracy(V, lab)
+        a_rand, _ = accuracy(V, np.random.default_rng(0).permutation(lab))
+        out["resolutions"].append({
+            "resolution": float(r), "clusters_total": int(clusters.loc[clusters["resolution"] == r, "cluster"].nunique()),
+            "clusters_evaluated": int(len(np.unique(lab))), "granularity": granularity(lab),
+            "accuracy": a, "accuracy_random": a_rand, "unrelated": unrelated})
+    return out
+
+
+def new_evaluation(run: Path, ids: pa.Array) -> dict:
+    from sciencemap.storage import dataset
+
+    from mapping.evaluate import EvaluateConfig, mesh_evaluation
+
+    return mesh_evaluation(dataset(run / "papers"), dataset(run / "clusters"), ids, EvaluateConfig())
+
+
+# ---------------------------------------------------------------- driver
+
+def child(args) -> None:
+    import mapping.evaluate  # noqa: F401  (imports counted in the RSS after imports)
+
+    run, n = Path(args.run), args.n
+    ids = vector_ids(n) if args.child == "new" else None
+    base = peak_mb()
+    t0 = time.perf_counter()
+    out = new_evaluation(run, ids) if args.child == "new" else reference_evaluation(run)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": peak_mb(), "base_mb": base, "result": out}))
+
+
+def measure(kind: str, run: Path, n: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--run", str(run), "--n", str(n)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if p.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    papers = sum(pq.ParquetFile(f).metadata.num_rows for f in (run / "papers").glob("*.parquet"))
+    print(f"  {kind:9s} n={n:>9,}: {r['seconds']:8.1f} s, peak RSS {r['peak_mb']:8,.0f} MB "
+          f"(after imports {r['base_mb']:,.0f} MB; {(r['peak_mb'] - r['base_mb']) * 2**20 / papers:,.0f} B/paper), "
+          f"evaluated {r['result']['evaluated']:,}, descriptors {r['result']['descriptors']:,}", flush=True)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=2_000_000, help="papers of the full-size run (new code only)")
+    ap.add_argument("--ref-n", type=int, default=200_000, help="papers where the reference runs too")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/sciencemap_evaluate_scale"))
+    ap.add_argument("--child", choices=("new", "reference"), help=argparse.SUPPRESS)
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    args.work.mkdir(parents=True, exist_ok=True)
+    shard = 100_000
+    print(f"MeSH accuracy of the evaluate stage (papers all with MeSH, {len(RESOLUTIONS)} resolutions)", flush=True)
+    t = time.perf_counter()
+    small = make_run(args.work, args.ref_n, shard)
+    big = make_run(args.work, args.n, shard) if args.n != args.ref_n else small
+    print(f"  data: {time.perf_counter() - t:.0f} s ({args.work})", flush=True)
+    ref = measure("reference", small, args.ref_n)
+    new = measure("new", small, args.ref_n)
+    same = ref["result"] == new["result"]
+    print(f"  at n={args.ref_n:,}: new/reference time {new['seconds'] / ref['seconds']:.2f}, "
+          f"peak RSS above imports {(new['peak_mb'] - new['base_mb']) / max(ref['peak_mb'] - ref['base_mb'], 1):.2f}; "
+          f"same figures: {'yes' if same else 'NO'}", flush=True)
+    if big is not small:
+        measure("new", big, args.n)
+    if not same:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
