@@ -2,8 +2,8 @@
 
 Built for 33M nodes: the graph comes as arrays (`mapping.cluster.Graph`: n rows, every row a node,
 isolated ones included; edges lo < hi once each); degrees and components come from NumPy/SciPy,
-the clustering coefficient and the path lengths from igraph built from the arrays (no edge
-lists). The average shortest path is estimated from `path_sample` seeded sources × `path_targets`
+the clustering coefficient and the path lengths from igraph built from the arrays
+(`Graph.igraph()`, no edge lists). The average shortest path is estimated from `path_sample` seeded sources × `path_targets`
 seeded targets, so no n-long distance list is kept; with samples covering every node it is the
 exact average over reachable ordered pairs. Citation overlap compares int64 link keys
 (lo · n + hi) by sorted search, in chunks of edges.
@@ -47,13 +47,6 @@ def _adjacency(lo: np.ndarray, hi: np.ndarray, n: int, deg_lo: np.ndarray) -> sp
     return sp.csr_matrix((np.ones(len(lo), np.int8), indices, indptr), shape=(n, n))
 
 
-def igraph_of(graph) -> ig.Graph:
-    """Unweighted igraph graph straight from the edge arrays (igraph takes the NumPy buffer)."""
-    edges = np.empty((len(graph.lo), 2), np.int64)
-    edges[:, 0], edges[:, 1] = graph.lo, graph.hi
-    return ig.Graph(n=int(graph.n), edges=edges, directed=False)
-
-
 def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16) -> float:
     """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target."""
     total, count = 0.0, 0
@@ -80,7 +73,8 @@ def network_stats(graph, path_sample: int = 200, seed: int = 0,
     or their `link_keys`), the share of citation links that are kNN edges versus the share
     expected in a random graph of equal density.
 
-    `graph`: n (nodes = rows 0..n-1, isolated ones included) and lo, hi (each edge once, lo < hi)."""
+    `graph`: a mapping.cluster.Graph (n nodes = rows 0..n-1, isolated ones included; lo, hi: each
+    edge once, lo < hi; `igraph()`)."""
     n, m = int(graph.n), int(len(graph.lo))
     lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
@@ -93,7 +87,7 @@ def network_stats(graph, path_sample: int = 200, seed: int = 0,
         "isolated_nodes": int((deg == 0).sum()),
     }
     del comp
-    g = igraph_of(graph) if n else None
+    g = graph.igraph() if n else None       # unweighted, from the arrays (mapping.cluster.Graph)
     if n and 0 < clustering_sample < n:
         nodes = np.sort(np.random.default_rng([seed, 1]).choice(n, clustering_sample, replace=False))
         cc = g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero")

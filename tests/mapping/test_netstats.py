@@ -1,20 +1,21 @@
 """Network statistics of the kNN graph on graphs small enough to count by hand."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from mapping.netstats import igraph_of, link_keys, links_in_graph, network_stats
+from mapping.cluster import build_graph
+from mapping.netstats import link_keys, links_in_graph, network_stats
 
 
 def _graph(n, lo, hi):
-    """The arrays of mapping.cluster.Graph that the statistics read: n rows, each edge once, lo < hi."""
+    """The cluster stage's Graph on rows 0..n-1 (rows without edges included)."""
     lo, hi = np.asarray(lo, np.int32), np.asarray(hi, np.int32)
-    return SimpleNamespace(n=n, lo=np.minimum(lo, hi), hi=np.maximum(lo, hi))
+    g = build_graph(lo, hi, np.ones(len(lo), np.float32), n=n)
+    assert g.n == n and len(g.lo) == len(lo)
+    return g
 
 
 def test_network_stats_on_known_graph():
@@ -61,7 +62,7 @@ def test_sampled_clustering_coefficient():
     assert s["average_clustering"] == pytest.approx(1.0) and s["clustering_sample"] == 10
     g = _random_graph(200, 900, seed=2)
     assert network_stats(g, path_sample=0, clustering_sample=0)["average_clustering"] == pytest.approx(
-        float(np.mean(igraph_of(g).transitivity_local_undirected(mode="zero"))))
+        float(np.mean(g.igraph().transitivity_local_undirected(mode="zero"))))
 
 
 def test_link_keys_and_chunked_overlap():
@@ -75,4 +76,4 @@ def test_link_keys_and_chunked_overlap():
                  & set(zip(g.lo.tolist(), g.hi.tolist())))
     assert expect > 0
     assert links_in_graph(keys, g.lo, g.hi, n) == links_in_graph(keys, g.lo, g.hi, n, chunk=7) == expect
-    assert igraph_of(_graph(5, [0], [1])).vcount() == 5       # isolated rows are nodes
+    assert _graph(5, [0], [1]).igraph().vcount() == 5         # isolated rows are nodes
