@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sciencemap-installed
 RUN    ?= runs/demo
 
-.PHONY: demo test install installed-check browser clean
+.PHONY: demo test install install-gpu installed-check browser clean
 
 demo: $(STAMP)
 	$(PY) jobs/pipeline.py --config configs/demo.toml --run $(RUN)
@@ -18,6 +18,14 @@ test: $(STAMP) browser
 	$(PY) -m pytest -q tests
 
 install: $(STAMP)
+
+# GPU kNN on a CUDA 12 machine: faiss-gpu-cu12 (requirements-gpu.txt) replaces faiss-cpu in the venv (the
+# two cannot be installed together); the knn stage then uses the GPU when FAISS sees one. Run it again after
+# requirements.txt changes (the re-install brings faiss-cpu back). Undo: make clean.
+# Check: .venv/bin/python bench/knn_gpu_check.py (fails loudly where FAISS sees no GPU).
+install-gpu: $(STAMP)
+	$(PY) -m pip uninstall -q -y faiss-cpu
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-gpu.txt
 
 # Not part of demo/test (a second venv, minutes): pip install . (not editable), then the sample's
 # ingest and spark-submit <site-packages>/jobs/importance.py from another folder, tables compared.
