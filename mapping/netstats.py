@@ -1,19 +1,18 @@
 """Network statistics of the kNN graph (seed paper Table 6; METHODS.md §5).
 
 Built for 33M nodes: the graph comes as arrays (`mapping.cluster.Graph`: n rows, every row a node,
-isolated ones included; edges lo < hi once each); degrees and components come from NumPy/SciPy,
-the clustering coefficient and the path lengths from igraph built from the arrays
-(`Graph.igraph()`, no edge lists). The average shortest path is estimated from `path_sample` seeded sources × `path_targets`
-seeded targets, so no n-long distance list is kept; with samples covering every node it is the
-exact average over reachable ordered pairs. Citation overlap compares int64 link keys
-(lo · n + hi) by sorted search, in chunks of edges.
+isolated ones included; edges lo < hi once each). Degrees come from NumPy; components, the
+clustering coefficient and the path lengths from igraph built from the arrays (`Graph.igraph()`,
+no edge lists). The average shortest path is estimated from `path_sample` seeded sources ×
+`path_targets` seeded targets, so no n-long distance list is kept; with samples covering every
+node it is the exact average over reachable ordered pairs. The clustering coefficient can be
+sampled too (`clustering_sample`). Citation overlap compares int64 link keys (lo · n + hi) by
+sorted search, in chunks of edges.
 """
 from __future__ import annotations
 
 import igraph as ig
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from sciencemap.progress import Progress
 
@@ -36,15 +35,6 @@ def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chu
         pos = np.minimum(np.searchsorted(keys, k), len(keys) - 1)
         hit += int((keys[pos] == k).sum())
     return hit
-
-
-def _adjacency(lo: np.ndarray, hi: np.ndarray, n: int, deg_lo: np.ndarray) -> sp.csr_matrix:
-    """CSR of the edges one way (row lo, column hi), int32 indices, 1-byte data, no COO copy."""
-    order = None if np.all(lo[1:] >= lo[:-1]) else np.argsort(lo, kind="stable")
-    idx_t = np.int32 if n < 2**31 else np.int64
-    indices = (hi if order is None else hi[order]).astype(idx_t)
-    indptr = np.r_[0, np.cumsum(deg_lo)].astype(idx_t if len(lo) < 2**31 else np.int64)
-    return sp.csr_matrix((np.ones(len(lo), np.int8), indices, indptr), shape=(n, n))
 
 
 def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16) -> float:
@@ -78,16 +68,18 @@ def network_stats(graph, path_sample: int = 200, seed: int = 0,
     n, m = int(graph.n), int(len(graph.lo))
     lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
-    n_comp, comp = connected_components(_adjacency(lo, hi, n, deg_lo=np.bincount(lo, minlength=n)), directed=False)
+    g = graph.igraph() if n else None       # unweighted, from the arrays (mapping.cluster.Graph)
+    # igraph's components: n list entries (mostly the shared small int of the giant component),
+    # where SciPy's would copy the edges twice with float64 weights.
+    sizes = np.asarray(g.connected_components().sizes()) if n else np.zeros(0, np.int64)
     out = {
         "nodes": n, "edges": m, "average_degree": 2 * m / n if n else 0.0,
         "density": 2 * m / (n * (n - 1)) if n > 1 else 0.0,
-        "connected_components": int(n_comp),
-        "largest_component": int(np.bincount(comp).max()) if n else 0,
+        "connected_components": int(len(sizes)),
+        "largest_component": int(sizes.max()) if n else 0,
         "isolated_nodes": int((deg == 0).sum()),
     }
-    del comp
-    g = graph.igraph() if n else None       # unweighted, from the arrays (mapping.cluster.Graph)
+    del deg
     if n and 0 < clustering_sample < n:
         nodes = np.sort(np.random.default_rng([seed, 1]).choice(n, clustering_sample, replace=False))
         cc = g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero")
