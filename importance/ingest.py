@@ -22,7 +22,8 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_json_atomic
 
-from importance.spark import arrow_to_spark_type, get_spark, to_spark_schema, write_spark_table
+from importance.spark import (AUTO, InputSize, SparkSettings, arrow_to_spark_type, auto_int, measure_files,
+                              spark_for_stage, to_spark_schema, total_size, write_spark_table)
 
 # Relative input paths are read from the working directory (make demo runs from the checkout).
 DEFAULT_INPUTS = [
@@ -48,12 +49,14 @@ def parse_input(spec: str) -> dict:
 
 
 @dataclass
-class IngestConfig:
+class IngestConfig(SparkSettings):  # Spark settings: importance/spark.py, docs/spark.md
     inputs: list[dict] = setting(help="PATH:FORMAT:SOURCE, repeatable; replaces the configured inputs",
                                  factory=lambda: [dict(x) for x in DEFAULT_INPUTS], parse=parse_input, append=True,
                                  flags=("--input",))
-    shuffle_partitions: int = setting(8, "Spark shuffle partitions (spark.sql.shuffle.partitions)")
-    output_partitions: int = setting(2, "files per written table (small corpora: few files)")
+    read_partitions: int | str = setting(AUTO, "partitions of the parsed input (few on small corpora: per-task "
+                                               "Python start-up dominates); auto = one per max_partition_bytes "
+                                               "of input, at least 2 per task slot", parse=auto_int)
+    output_partitions: int = setting(0, "files per written table; 0 = one per GB of input, at least 2")
 
 
 def _internal_schemas():
@@ -131,8 +134,18 @@ def check_format(fmt) -> None:
         raise UserError(f"ingest input format {fmt!r} is unknown; set format to one of: {known_formats()}")
 
 
-def read_inputs(spark, inputs: list[dict]):
-    """One RDD of (kind, dict) records over all inputs, parsed on the executors."""
+def input_size(inputs: list[dict]) -> InputSize:
+    """Bytes and files of the inputs, by listing (what the Spark settings are derived from)."""
+    from importance.readers import GLOBS
+
+    return total_size((measure_files(resolve_input_path(spec["path"]),
+                                     _glob_patterns(spec.get("glob", GLOBS[spec["format"]])))
+                       for spec in inputs), "input files")
+
+
+def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
+    """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
+    `partitions` partitions (default 2 per task slot)."""
     from importance.readers import GLOBS
 
     rdds = []
@@ -155,7 +168,8 @@ def read_inputs(spark, inputs: list[dict]):
                 [reject(e, e.rsplit("/", 1)[-1], "empty file", source) for e in empties], 1))
     rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
     # Few, larger partitions: per-task Python start-up dominates on small corpora.
-    return rdd.coalesce(max(1, min(rdd.getNumPartitions(), 2 * spark.sparkContext.defaultParallelism)))
+    n = partitions or 2 * spark.sparkContext.defaultParallelism
+    return rdd.coalesce(max(1, min(rdd.getNumPartitions(), n)))
 
 
 def build_tables(spark, raw) -> dict:
@@ -333,14 +347,13 @@ def check_inputs(cfg: IngestConfig) -> None:
         resolve_input_path(spec.get("path", ""))
 
 
-def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
+def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize | None = None) -> dict:
     from pyspark import StorageLevel
 
     t0 = time.time()
     check_inputs(cfg)
-    spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
-    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
-    raw = read_inputs(spark, cfg.inputs).persist(StorageLevel.MEMORY_AND_DISK)
+    spark, used = spark_for_stage(cfg, size or input_size(cfg.inputs), "ingest", spark)
+    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions")).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         t = build_tables(spark, raw)
         for name in ("papers", "references", "mentions"):
@@ -349,13 +362,13 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None) -> dict:
         root = Path(layout.root)
         root.mkdir(parents=True, exist_ok=True)
         for name in ("papers", "references", "mentions", "rejects"):
-            write_spark_table(t[name], layout.table(name), name, partitions=cfg.output_partitions)
+            write_spark_table(t[name], layout.table(name), name, partitions=used.value("output_partitions"))
         per_source = summarise(t, raw_counts(raw))
     finally:
         raw.unpersist()
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
     summary = {"per_source": per_source, "check_input_equals_papers_plus_rejects": not bad,
-               "seconds": round(time.time() - t0, 2), "config": asdict(cfg)}
+               "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record()}
     write_json_atomic(layout.ingest_summary, summary)
     return summary

@@ -16,11 +16,11 @@ from sciencemap.storage import (atomic_dir, atomic_file, read_json_metadata, req
                                 write_json_atomic, write_table_atomic)
 
 from importance.entropy import WEIGHT_METHODS
-from importance.spark import get_spark, write_parquet, write_spark_table
+from importance.spark import InputSize, SparkSettings, spark_for_stage, tables_size, write_parquet, write_spark_table
 
 
 @dataclass
-class ImportanceConfig:
+class ImportanceConfig(SparkSettings):  # Spark settings: importance/spark.py, docs/spark.md
     feature_set: str = setting("default", "default (I,R,D,S) | all | no_I | no_M | no_R | no_D | no_S | 'I,R,D,S'")
     weight_method: str = setting("entropy", "feature weights: entropy weight method (METHODS.md §2) or all equal",
                                  choices=WEIGHT_METHODS)
@@ -32,12 +32,16 @@ class ImportanceConfig:
     seed: int = setting(0, "seed of the tie-break hash, anchor sample, easy negatives and train/val split")
     val_fraction: float = setting(0.2, "share of anchors whose triplets form the validation split")
     anchor_fraction: float = setting(1.0, "share of citing papers sampled as anchors (by hash); 1 = all")
-    shuffle_partitions: int = setting(8, "Spark shuffle partitions (spark.sql.shuffle.partitions)")
     output_partitions: int = setting(0, "files per written table; 0 = one per ~2M rows (at most shuffle_partitions)")
 
 
 def _require_ingested(layout: RunLayout, name: str) -> Path:
     return require_table(layout.table(name), f"run jobs/ingest.py --run {layout.root} first")
+
+
+def input_size(layout: RunLayout) -> InputSize:
+    """Parquet bytes of the tables the job reads (what the Spark settings are derived from)."""
+    return tables_size([layout.table(n) for n in ("papers", "references", "mentions")], "ingested tables")
 
 
 def _read(spark, layout: RunLayout, name: str):
@@ -86,7 +90,7 @@ def _auto_partitions(n_rows: int, rows_per_file: int, cap: int) -> int:
     return max(1, min(cap, -(-n_rows // rows_per_file)))
 
 
-def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict:
+def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None, size: InputSize | None = None) -> dict:
     """Pairs -> weights -> scored pairs -> triplets, with few Spark jobs:
     1. pairs (one shuffle of references+mentions, two joins with papers) persisted once;
     2. ONE aggregation by source gives Table 3's inputs, pair/self/zero counts, the resolution
@@ -106,8 +110,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
         raise UserError(f"need K >= 1 and 0 <= H <= K (got K={cfg.K}, H={cfg.H})")
     for name in ("papers", "references", "mentions"):
         _require_ingested(layout, name)
-    spark = spark or get_spark(shuffle_partitions=cfg.shuffle_partitions)
-    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+    spark, used = spark_for_stage(cfg, size or input_size(layout), "importance", spark)
     papers, refs, ments = (_read(spark, layout, n) for n in ("papers", "references", "mentions"))
     timings = {}
     # Materialise the unscored pairs once as Parquet next to the outputs (faster than persist() of
@@ -137,7 +140,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     table3 = format_table3(rows)
     print(f"Table 3 ({cfg.feature_set}, {cfg.weight_method} weights, n = {n_pairs} pairs)")
     print(table3)
-    out_parts = cfg.output_partitions or _auto_partitions(n_pairs, 2_000_000, cfg.shuffle_partitions)
+    out_parts = cfg.output_partitions or _auto_partitions(n_pairs, 2_000_000, used.shuffle_partitions)
     write_spark_table(pairs, layout.table("pairs"), "pairs", partitions=out_parts)
     write_table_atomic(pa.table({k: [r[k] for r in rows] for k in ("feature", "mean", "std", "entropy", "weight")}),
                        layout.table("weights"), SCHEMAS["weights"])
@@ -150,7 +153,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
     meta = {"K": cfg.K, "H": cfg.H, "margin": cfg.margin, "seed": cfg.seed, "feature_set": cfg.feature_set,
             "weight_method": cfg.weight_method, "scaled_score": cfg.scaled_score}
     # computed once, written, then counted from the written table (cheaper than persisting it)
-    trip_parts = cfg.output_partitions or _auto_partitions(n_pairs // 10, 2_000_000, cfg.shuffle_partitions)
+    trip_parts = cfg.output_partitions or _auto_partitions(n_pairs // 10, 2_000_000, used.shuffle_partitions)
     write_triplets(trip, layout.table("triplets"), meta, partitions=trip_parts)
     written = spark.read.parquet(str(layout.table("triplets")))
     tcount = written.groupBy("negative_kind", "split").agg(F.count(F.lit(1)).alias("n")).collect()
@@ -173,7 +176,7 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None) -> dict
         "triplets_by_kind_split": {f"{k}/{s}": v for (k, s), v in sorted(counts.items())},
         "n_anchors_with_triplets": anchors,
         "resolution_rate_per_source": res, "triplet_meta": meta, "timings": timings,
-        "seconds": round(time.time() - t0, 2), "config": asdict(cfg),
+        "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record(),
     }
     shutil.rmtree(base_dir, ignore_errors=True)
     write_json_atomic(layout.importance_summary, summary)

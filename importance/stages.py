@@ -14,17 +14,19 @@ from importance.ingest import IngestConfig
 from importance.job import ImportanceConfig
 
 
-def spark_session(ctx: StageContext):
-    from importance.spark import get_spark
+def spark_session(ctx: StageContext, cfg, size, stage: str):
+    """The shared session; the first Spark stage starts it with the settings derived for it."""
+    from importance.spark import start_spark
 
-    return ctx.shared("spark", get_spark, close=lambda s: s.stop())
+    return ctx.shared("spark", lambda: start_spark(cfg, size, stage), close=lambda s: s.stop())
 
 
 def _ingest(cfg, layout, ctx):
-    from importance.ingest import check_inputs, run_ingest
+    from importance.ingest import check_inputs, input_size, run_ingest
 
     check_inputs(cfg)  # before Spark starts: a wrong path is one sentence, not a JVM log
-    return run_ingest(cfg, layout, spark=spark_session(ctx))
+    size = input_size(cfg.inputs)
+    return run_ingest(cfg, layout, spark=spark_session(ctx, cfg, size, "ingest"), size=size)
 
 
 def _show_ingest(s: dict) -> str:
@@ -33,9 +35,10 @@ def _show_ingest(s: dict) -> str:
 
 
 def _importance(cfg, layout, ctx):
-    from importance.job import run_importance
+    from importance.job import input_size, run_importance
 
-    return run_importance(cfg, layout, spark=spark_session(ctx))
+    size = input_size(layout)
+    return run_importance(cfg, layout, spark=spark_session(ctx, cfg, size, "importance"), size=size)
 
 
 def _show_importance(s: dict) -> str:
