@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import mmap
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from sciencemap.contracts import EDGES_META_KEY, SCHEMAS, VECTORS_DTYPES
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
-from sciencemap.storage import atomic_dir, atomic_file, write_json_atomic
+from sciencemap.storage import atomic_dir, atomic_file, sweep_temporaries, write_json_atomic
 from sciencemap.embeddings import embedding_shards, embeddings_dir
 from sciencemap.vectors import ensure_vectors, source_fingerprint
 
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "flat", "ivf_sq8", "ivf_pq", "ivf_flat")
 WORK_FORMAT = 1
-GATHER_BYTES = 64 << 20   # re-ranking and recall: float32 scratch per chunk
+GATHER_BYTES = 32 << 20   # re-ranking and recall: float32 scratch per chunk (and memory-map pages between releases)
 
 
 @dataclass
@@ -71,9 +72,9 @@ class KnnConfig:
     exact_below: int = setting(200_000, "auto: exact search below this many vectors")
     vector_dtype: str = setting("float32", "dtype of the vector store (float16 halves its size)",
                                 choices=VECTORS_DTYPES)
-    nlist: int = setting(0, "IVF lists; 0 = 4·sqrt(n) (at most n/39)")
-    nprobe: int = setting(24, "IVF lists visited per query")
-    rerank_factor: int = setting(3, "IVF: candidates per query = rerank_factor·(k+1), re-ranked by exact dot products")
+    nlist: int = setting(0, "IVF lists; 0 = 2·sqrt(n) (at most n/39)")
+    nprobe: int = setting(16, "IVF lists visited per query")
+    rerank_factor: int = setting(2, "IVF: candidates per query = rerank_factor·(k+1), re-ranked by exact dot products")
     pq_m: int = setting(0, "ivf_pq: bytes per code (sub-quantisers; must divide the dim); 0 = dim/8")
     train_per_list: int = setting(50, "IVF training sample: points per list (seeded)")
     kmeans_iter: int = setting(10, "IVF training: k-means iterations")
@@ -127,6 +128,30 @@ def rows_f32(X: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.ascontiguousarray(X[lo:hi], dtype=np.float32)
 
 
+def take_rows(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows idx of X as float32. From the vector store's memory map they are read with pread, not
+    through the map: a few thousand scattered rows would map most of the file (the kernel maps
+    64 KB around each faulting page), and a process's RSS counts mapped pages."""
+    idx = np.asarray(idx, dtype=np.int64)
+    fn = getattr(X, "filename", None)
+    whole = (isinstance(X, np.memmap) and fn and X.flags.c_contiguous
+             and os.path.getsize(fn) == X.offset + X.nbytes)
+    if not whole or len(idx) == 0:
+        return np.asarray(X[idx], dtype=np.float32).reshape(len(idx), X.shape[1])
+    uniq, inverse = np.unique(idx, return_inverse=True)   # sorted: file order, each row read once
+    buf = np.empty((len(uniq), X.shape[1]), X.dtype)
+    mv = memoryview(buf).cast("B")
+    rb, base = buf.shape[1] * buf.itemsize, X.offset
+    fd = os.open(fn, os.O_RDONLY)
+    try:
+        pv = os.preadv
+        for j, r in enumerate(uniq.tolist()):
+            pv(fd, [mv[j * rb:(j + 1) * rb]], base + r * rb)
+    finally:
+        os.close(fd)
+    return buf[inverse.ravel()].astype(np.float32, copy=False)
+
+
 # ---------------------------------------------------------------- plan
 
 
@@ -159,7 +184,9 @@ def make_plan(cfg: KnnConfig, n: int, dim: int) -> Plan:
         raise UserError(f"knn index {cfg.index!r} is unknown; use one of {', '.join(INDEXES)}")
     p = Plan(n=n, dim=dim, k=min(cfg.k, n - 1), kind=kind, gpu=use_gpu(cfg))
     if kind != "flat":
-        nlist = cfg.nlist or max(1, int(4 * math.sqrt(n)))
+        # 2·sqrt(n): on bench/knn_scale.py's 1M clustered vectors 2,000 lists at nprobe 16 reach recall@20
+        # 0.99 at 1.7x the queries/s of 4,000 lists at nprobe 24 (recall 0.97)
+        nlist = cfg.nlist or max(1, int(2 * math.sqrt(n)))
         p.nlist = max(1, min(nlist, n // 39))  # FAISS wants >= 39 training points per list
         if kind == "ivf_pq":
             p.pq_m = cfg.pq_m or max(1, dim // 8)
@@ -205,6 +232,7 @@ class ExactSearch:
             hi = min(self.p.n, lo + self.db_block)
             index = faiss.IndexFlatIP(self.p.dim)
             index.add(rows_f32(self.X, lo, hi))
+            release(self.X)
             D, I = _to_device(index, self.p.gpu).search(Q, min(kq, hi - lo))
             I += lo
             if I.shape[1] < kq:   # a short last tile: pad to the heap's width
@@ -226,7 +254,7 @@ def rerank(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int):
     for a in range(0, nq, step):
         Ic = I[a:a + step]
         valid = Ic >= 0
-        G = np.asarray(X[np.where(valid, Ic, 0).ravel()], dtype=np.float32).reshape(len(Ic), kc, -1)
+        G = take_rows(X, np.where(valid, Ic, 0).ravel()).reshape(len(Ic), kc, -1)
         S = np.matmul(G, Q[a:a + step, :, None])[:, :, 0]
         S[~valid] = -np.inf
         top = np.argsort(-S, axis=1, kind="stable")[:, :kq]
@@ -282,8 +310,7 @@ class IvfSearch:
         rows = np.arange(p.n) if m >= p.n else np.sort(rng.choice(p.n, m, replace=False))
         log.info("knn: training %s (%d lists) on %d sampled vectors", p.kind, p.nlist, m)
         with Progress("knn train", m, "vectors", logger=log) as prog:
-            sample = np.asarray(X[rows], dtype=np.float32)
-            release(X)
+            sample = take_rows(X, rows)
             km = faiss.Kmeans(p.dim, p.nlist, niter=self.cfg.kmeans_iter, seed=self.cfg.seed, spherical=True,
                               gpu=p.gpu, max_points_per_centroid=max(256, self.cfg.train_per_list))
             km.train(sample)
@@ -355,8 +382,8 @@ def recall_rows(n: int, n_queries: int, seed: int) -> np.ndarray:
 def exact_topk(X: np.ndarray, rows: np.ndarray, kq: int, progress: Progress | None = None):
     """Exact top-kq of the query rows over all rows of X, by tiled matrix products (BLAS)."""
     n = len(X)
-    Q = np.asarray(X[rows], dtype=np.float32)
-    tile = max(1024, GATHER_BYTES // (4 * max(1, len(rows))))
+    Q = take_rows(X, rows)
+    tile = max(1024, GATHER_BYTES // (16 * max(1, len(rows))))  # scores, their negation, int64 positions
     bestD = np.full((len(rows), 0), -np.inf, np.float32)
     bestI = np.zeros((len(rows), 0), np.int64)
     for lo in range(0, n, tile):
@@ -417,6 +444,8 @@ class WorkDir:
         elif self.path.exists():
             shutil.rmtree(self.path)  # no fingerprint: nothing that can be trusted
         self.blocks.mkdir(parents=True, exist_ok=True)
+        sweep_temporaries(self.blocks)   # half-written block / index files of a killed run
+        sweep_temporaries(self.path)
         if not fp_file.is_file():
             write_json_atomic(fp_file, fingerprint)
 

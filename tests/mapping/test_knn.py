@@ -2,6 +2,8 @@
 re-ranking and its recall, the resumable block search, the edges contract."""
 from __future__ import annotations
 
+import os
+
 import faiss
 import numpy as np
 import pyarrow.parquet as pq
@@ -182,7 +184,7 @@ def test_changed_inputs_are_refused_until_started_over(tmp_path, make_run):
 
     with pytest.raises(RuntimeError):
         run_knn(cfg, layout, on_block=boom)
-    with pytest.raises(UserError, match=r"nprobe: 24 -> 3.*--no-resume"):
+    with pytest.raises(UserError, match=r"nprobe: 16 -> 3.*--no-resume"):
         run_knn(KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50, nprobe=3), layout)
     with pytest.raises(UserError, match=r"vectors\.dtype: 'float32' -> 'float16'"):
         run_knn(KnnConfig(k=5, index="ivf_sq8", block_size=100, recall_queries=50, vector_dtype="float16"), layout)
@@ -214,3 +216,17 @@ def test_gpu_require_fails_loudly_without_one(tmp_path, make_run):
     layout, _ = make_run(tmp_path / "r", n_clusters=2, per=20, dim=8)
     with pytest.raises(UserError, match="no GPU"):
         run_knn(KnnConfig(k=3, gpu="require"), layout)
+
+
+def test_take_rows_reads_the_store_without_mapping_it(tmp_path, make_run):
+    from mapping.knn import take_rows
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=3, per=50, dim=12)
+    for dtype in ("float32", "float16"):
+        run_knn(KnnConfig(k=3, vector_dtype=dtype), layout)
+        X = open_vectors(layout).X
+        assert os.path.getsize(X.filename) == X.offset + X.nbytes  # the whole file: take_rows preads
+        idx = np.array([149, 0, 7, 7, 148, 3, 0])
+        got = take_rows(X, idx)
+        assert got.dtype == np.float32 and np.array_equal(got, np.asarray(X[idx], np.float32))
+        assert take_rows(X, np.zeros(0, np.int64)).shape == (0, 12)
