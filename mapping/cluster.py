@@ -47,9 +47,11 @@ conversion of weights and membership (~7 ms an iteration on the demo). The cap:
 `max_iterations = -1` gives igraph's unbounded until-stable everywhere.
 
 Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
-type; the values are those of the float64 computation, so partitions do not change); the int64
-pair key exists only while sorting (about 28 bytes a directed edge at the peak of `undirected`).
-igraph holds about 48 bytes an undirected edge (endpoints and indexes) plus its inclist in Leiden.
+type; the values are those of the float64 computation, so partitions do not change): 20 bytes an
+undirected edge. The int64 pair key exists only while `undirected` sorts (with the input arrays,
+the sort permutation and the sorted copy, about 40 bytes a directed edge at its peak, before
+igraph exists). igraph then holds about 48 bytes an undirected edge, plus Leiden's incidence
+lists and aggregate graphs while it runs; the merge touches only the edges of small clusters.
 """
 from __future__ import annotations
 
@@ -74,10 +76,10 @@ from sciencemap.storage import atomic_dir, read_json_metadata, read_table
 
 log = logging.getLogger(__name__)
 
-# Measured on the sample demo (17,236 papers: 1,750 full records + eLife title-only references;
-# MiniLM vectors, k = 20, min size 5): γ = 3e-4 → 58 clusters, 1e-3 → 142, 3e-3 → 328, 1e-2 → 797,
-# 3e-2 → 1,500 (Leiden 2,111 before merging); 1e-1 gives 13k Leiden clusters that merging folds
-# into 2.2k, i.e. mostly merging, so it is left out. The map uses the middle one (3e-3).
+# Measured on the sample demo (14,454 papers with vectors, MiniLM fine-tuned 20 steps, k = 20, min
+# size 5): γ = 3e-4 → 43 clusters, 1e-3 → 118, 3e-3 → 266, 1e-2 → 693, 3e-2 → 1,313 (Leiden 1,910
+# before merging); an earlier sample gave 13k Leiden clusters at 1e-1 that merging folded into 2.2k,
+# i.e. mostly merging, so it is left out. The map uses the middle one (3e-3).
 DEFAULT_RESOLUTIONS = [0.0003, 0.001, 0.003, 0.01, 0.03]
 # Iterations (module docstring): 3 on large graphs; until stable (igraph's n_iterations=-1, at
 # most STABLE_CAP) below STABLE_BELOW undirected edges, which keeps the demo's partitions (214k edges,
@@ -121,7 +123,7 @@ class Graph:
         """igraph graph from the arrays (no weights attached: pass `self.w` to Leiden).
 
         `Graph.add_edges` with an (m, 2) int64 array is igraph's fast path (0.6 s and 48 bytes an
-        edge for 2M edges, against 2 s and 160 bytes through the constructor's memoryview or a list)."""
+        edge for 2M edges, against 2 s and 160-190 bytes through the constructor's memoryview or a list)."""
         g = ig.Graph(n=self.n, directed=False)
         e = np.empty((self.m, 2), np.int64)
         e[:, 0] = self.lo
@@ -310,13 +312,13 @@ def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Gra
     """Leiden at one resolution, small clusters merged, ids by size. Pass `g` (graph.igraph())
     to reuse one igraph graph across calls."""
     g = g if g is not None else graph.igraph()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cap = iterations_for(graph.m, cfg)
     mem, run = leiden(g, graph.w, resolution, cfg.seed, cap, cfg.beta)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     raw = int(mem.max()) + 1 if len(mem) else 0
     mem, stranded = merge_small_clusters(mem, graph.lo, graph.hi, graph.w, cfg.min_cluster_size)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     mem = relabel_by_size(mem)
     sizes = np.bincount(mem)
     info = {"resolution": resolution, "clusters_leiden": raw, "clusters": int(len(sizes)),
@@ -324,7 +326,9 @@ def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Gra
             "smallest": int(sizes.min()) if len(sizes) else 0,
             "stranded_small": stranded, "max_iterations": cap, "iterations": run["iterations"], "converged": run["converged"],
             "quality": run["quality"], "leiden_s": round(t1 - t0, 3), "merge_s": round(t2 - t1, 3),
-            "relabel_s": round(time.perf_counter() - t2, 3)}
+            "relabel_s": round(time.perf_counter() - t2, 3),
+            # CPU seconds of this process: the work, whatever else the machine runs
+            "leiden_cpu_s": round(c1 - c0, 3), "merge_cpu_s": round(c2 - c1, 3)}
     return mem, info
 
 
@@ -390,20 +394,20 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
         raise UserError("no clustering resolutions configured; set [cluster] resolutions or target_topics")
     if any(r <= 0 for r in cfg.resolutions):
         raise UserError(f"CPM resolutions must be > 0, got {cfg.resolutions}")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     graph = load_graph(layout)
     ids = open_vectors(layout).ids_arrow()
     if len(ids) != graph.n:
         raise UserError(f"the vector store has {len(ids):,} papers but the graph {graph.n:,} nodes; "
                         "re-run the knn stage")
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     g = graph.igraph()
-    t_graph = time.perf_counter() - t1
+    t_graph, c_graph = time.perf_counter() - t1, time.process_time() - c1
     log.info("cluster: graph of %s nodes, %s undirected edges: arrays %.1f s, igraph %.1f s, RSS %.0f MB",
              f"{graph.n:,}", f"{graph.m:,}", t1 - t0, t_graph, current_rss_mb())
     resolutions = sorted(set(float(r) for r in cfg.resolutions))
     summary: dict = {"papers": graph.n, "edges_undirected": graph.m, "load_s": round(t1 - t0, 3),
-                     "graph_s": round(t_graph, 3)}
+                     "graph_s": round(t_graph, 3), "graph_cpu_s": round(c_graph, 3)}
     if cfg.target_topics > 0:
         gamma, c = resolution_for_target(graph, cfg.target_topics, cfg, g=g)
         summary["target_topics"] = {"target": cfg.target_topics, "resolution": gamma, "clusters": c}
@@ -427,4 +431,5 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
             p.advance(1)
     summary["resolutions"] = per
     summary["total_s"] = round(time.perf_counter() - t0, 3)
+    summary["total_cpu_s"] = round(time.process_time() - c0, 3)
     return summary
