@@ -217,31 +217,37 @@ def mesh_vectors(terms: MeshTerms, papers: np.ndarray | None = None, major_weigh
         w = DescriptorWeights(keys, np.asarray([ic[k] for k in keys.tolist()], np.float64),
                               np.asarray([col.get(k, -1) for k in terms.combo_key.tolist()], np.int64))
     D = len(w.keys)
-    tm = _used(terms, papers)
-    col = w.combo_col[terms.combo[tm]]
-    paper = terms.paper[tm]
-    factor = np.where(terms.major[tm] & major_in_vector, major_weight, 1.0)
-    ok = col >= 0
-    ok[ok] = w.ic[col[ok]] > 0
-    paper, col = paper[ok], col[ok]
-    val = w.ic[col] * factor[ok]
-    rows, cols, vals = [], [], []
-    starts = np.unique(np.searchsorted(paper, paper[::chunk])) if len(paper) else np.zeros(0, np.int64)
-    for a, b in zip(starts, np.r_[starts[1:], len(paper)]):
-        p0 = paper[a]
-        key = (paper[a:b] - p0) * D + col[a:b]
+    idx_t = np.int32 if D < 2**31 else np.int64
+    sel = None if papers is None else np.asarray(papers, bool)
+    P = terms.paper
+    prow, pcount, cols, vals = [], [], [], []
+    starts = np.unique(np.searchsorted(P, P[::chunk])) if len(P) else np.zeros(0, np.int64)
+    for a, b in zip(starts, np.r_[starts[1:], len(P)]):
+        paper, col = P[a:b], w.combo_col[terms.combo[a:b]]
+        ok = col >= 0
+        if sel is not None:
+            ok &= sel[paper]
+        ok[ok] = w.ic[col[ok]] > 0
+        if not ok.any():
+            continue
+        paper, col = paper[ok], col[ok]
+        val = w.ic[col] * np.where(terms.major[a:b][ok] & major_in_vector, major_weight, 1.0)
+        p0 = paper[0]
+        key = (paper - p0) * D + col
         order = np.argsort(key, kind="stable")
         key = key[order]
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        rows.append(key[first] // D + p0)
-        cols.append(key[first] % D)
-        vals.append(np.maximum.reduceat(val[a:b][order], first))
-    prow = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    indices = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+        r, c = np.unique(key[first] // D + p0, return_counts=True)
+        prow.append(r)
+        pcount.append(c)
+        cols.append((key[first] % D).astype(idx_t))
+        vals.append(np.maximum.reduceat(val[order], first))
+    papers_with = np.concatenate(prow) if prow else np.zeros(0, np.int64)
+    indptr = np.r_[0, np.cumsum(np.concatenate(pcount) if pcount else np.zeros(0, np.int64))].astype(np.int64)
+    indices = np.concatenate(cols) if cols else np.zeros(0, idx_t)
     data = np.concatenate(vals) if vals else np.zeros(0)
-    papers_with, counts = np.unique(prow, return_counts=True)
-    indptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
-    V = sp.csr_matrix((data.astype(float), indices.astype(np.int64), indptr), shape=(len(papers_with), D))
+    del cols, vals
+    V = sp.csr_matrix((data, indices, indptr), shape=(len(papers_with), D))
     norms = np.sqrt(np.asarray(V.multiply(V).sum(axis=1)).ravel())
     V = sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ V
     return MeshVectors(rows=papers_with.astype(np.int64), V=V.tocsr(), descriptors=w.keys.tolist(), ic=w.ic)

@@ -148,12 +148,13 @@ def test_chunked_collection_and_paper_selection():
     whole = mesh_terms(arr)
     assert chunked.papers == whole.papers == 200
     _assert_same(mesh_vectors(chunked), _ref_vectors(recs))
+    _assert_same(mesh_vectors(whole, chunk=5), _ref_vectors(recs))     # CSR built in chunks of whole papers
     # a selection of papers = the vectors of those papers alone (IC from them), positions kept
     pick = rng.random(200) < 0.5
     sub = [r for r, p in zip(recs, pick) if p]
-    mv = mesh_vectors(whole, pick)
     rows, V, keys, ic = _ref_vectors(sub)
-    _assert_same(mv, (np.flatnonzero(pick)[rows], V, keys, ic))
+    for chunk in (1 << 22, 3):
+        _assert_same(mesh_vectors(whole, pick, chunk=chunk), (np.flatnonzero(pick)[rows], V, keys, ic))
 
 
 def test_fast_accuracy_equals_bruteforce():
