@@ -683,26 +683,48 @@ def start_spark(cfg, size: InputSize, stage: str, app: str = "sciencemap"):
     return spark
 
 
+def _same(name: str, a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if name in ("driver_memory", "executor_memory"):
+        try:
+            return size_bytes(str(a), "m") == size_bytes(str(b), "m")
+        except argparse.ArgumentTypeError:
+            pass
+    return str(a) == str(b)
+
+
 def _observed(spark, planned: dict[str, Choice], stage: str) -> dict[str, Choice]:
-    """The launch settings the running session has: the plan when this stage started it, else
-    the session's own values (with a warning where the config asked for something else)."""
+    """The launch settings the running session has. Where this stage started it and the JVM
+    holds what was planned, the plan (with its reasons); otherwise the session's own values, with
+    a warning where the config asked for something else."""
     sc = spark.sparkContext
     launched = _LAUNCHED.get(sc.applicationId)
-    if launched and launched[0] == stage:
-        return launched[1]
+    ours = launched is not None and launched[0] == stage
+    base = launched[1] if launched else planned
     conf = sc.getConf()
     out = {}
     for name, key in LAUNCH_KEYS.items():
-        actual = sc.master if name == "master" else conf.get(key, None)
-        p = planned[name]
         if name in ("executor_memory", "executor_cores") and sc.master.startswith("local"):
             out[name] = Choice(None, "not used", "local mode: the tasks run in the driver")
             continue
+        actual = sc.master if name == "master" else conf.get(key, None)
         if actual is None and name == "driver_memory":
             actual = SPARK_DEFAULT_DRIVER_MEMORY
-        why = (f"set when the session started (for the {launched[0]} stage: {launched[1][name].why})" if launched
-               else "set when the session started, before this stage")
-        if p.source == "config" and str(p.value) != str(actual):
+        b = base[name]
+        if ours and _same(name, b.value, actual):
+            out[name] = b
+            continue
+        if ours:
+            why = (f"the running JVM has it, not {b.value} ({b.source}): set by PYSPARK_SUBMIT_ARGS or "
+                   f"spark-defaults.conf")
+        elif launched:
+            why = f"set when the session started for the {launched[0]} stage" + (
+                f" ({b.source}: {b.why})" if _same(name, b.value, actual) and b.why else "")
+        else:
+            why = "set when the session started, before this stage"
+        p = planned[name]
+        if p.source == "config" and not _same(name, p.value, actual):
             why += f"; config {name} {p.value} not applied (a running JVM keeps it)"
             say(f"[spark] warning: {stage}: {name} = {p.value} from the config is not applied: the running "
                 f"session has {actual}")

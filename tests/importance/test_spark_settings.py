@@ -268,12 +268,15 @@ def test_settings_applied_and_recorded(two_runs):
 
 
 def test_spark_for_stage_logs_once(spark, capsys):
-    _, used = spark_for_stage(ImportanceConfig(shuffle_partitions=5), InputSize(3 * MiB, 2, "tables"), "importance",
-                              spark)
+    cfg = ImportanceConfig(shuffle_partitions=5, driver_memory="6g")
+    _, used = spark_for_stage(cfg, InputSize(3 * MiB, 2, "tables"), "importance", spark)
     err = capsys.readouterr().err
     assert err.count("[spark] importance settings") == 1
     assert "shuffle_partitions = 5 (config)" in err and "master = local[2] (running session" in err
     assert used.shuffle_partitions == 5 and spark.conf.get("spark.sql.shuffle.partitions") == "5"
+    # a launch setting the running JVM cannot take: its value is recorded, with a warning
+    assert used.value("driver_memory") == "2g" and "6g not applied" in used.choices["driver_memory"].why
+    assert "warning: importance: driver_memory = 6g from the config is not applied" in err
 
 
 SUBMITTED = textwrap.dedent("""
