@@ -9,7 +9,7 @@ without MeSH filtered out per batch) into compact assignment arrays (mapping.mes
 paper ids are mapped once to vector-store rows (the integer ids of edges and clusters); cluster
 labels are read per resolution as (row, cluster) NumPy arrays and gathered by row; references
 are mapped to rows in chunks of about n (one id hash table per chunk) and kept as int64 link keys.
-Memory: the vector store's ids (Arrow), ~17 bytes per MeSH assignment, the publication vectors
+Memory: the vector store's ids (Arrow), 9 bytes per MeSH assignment, the publication vectors
 (~12 bytes per nonzero), one resolution's labels, the citation link keys (8 bytes each) and the
 graph (mapping.netstats).
 """

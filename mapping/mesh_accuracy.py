@@ -18,7 +18,7 @@ Conventions (options where the sources leave room):
 Built from Arrow at 33M papers: `TermCollector` flattens list<MESH> chunks with pyarrow.compute
 (list_flatten / list_parent_indices / struct fields), drops check tags by mask and keeps per
 assignment only its paper position, a code of its (key, tree numbers) combination and the major
-flag (~17 bytes); `descriptor_weights` counts f with one bincount and sums descendants over the
+flag (9 bytes); `descriptor_weights` counts f with one bincount and sums descendants over the
 distinct tree numbers (few); `mesh_vectors` builds the CSR in chunks of whole papers. No Python
 object per paper. `information_content` / `publication_vectors` keep the old list-of-dicts entry
 points (they convert to Arrow and give the same numbers, bit for bit).
@@ -59,8 +59,8 @@ class MeshTerms:
     Check tags and assignments without a key are dropped. `paper` is the position of the
     assignment's paper in the stream (non-decreasing); `combo` indexes the distinct
     (descriptor key, tree numbers) combinations, which are few (~ the descriptors in use)."""
-    paper: np.ndarray          # int64
-    combo: np.ndarray          # int64 index into combo_key / combo_trees
+    paper: np.ndarray          # int32 (int64 past 2**31 papers)
+    combo: np.ndarray          # int32 index into combo_key / combo_trees
     major: np.ndarray          # bool
     combo_key: np.ndarray      # object: descriptor key (UI, else name) of each combination
     combo_trees: pa.ListArray  # list<string>: its tree numbers
@@ -69,14 +69,13 @@ class MeshTerms:
 
 class TermCollector:
     """Collects MeSH assignments chunk by chunk (`add(mesh)` with a list<MESH> array of the
-    stream's next papers), keeping ~17 bytes per assignment instead of the Arrow lists."""
+    stream's next papers), keeping 9 bytes per assignment instead of the Arrow lists."""
 
     def __init__(self, drop_names: frozenset = CHECK_TAGS, drop_uis: frozenset = CHECK_TAG_UIS):
         self.drop_names = pa.array(sorted(drop_names), pa.string())
         self.drop_uis = pa.array(sorted(drop_uis), pa.string())
         self.papers = 0
         self._paper, self._code, self._major, self._combos = [], [], [], []
-        self._ncombos = 0
 
     def add(self, mesh: pa.Array | pa.ChunkedArray) -> None:
         chunks = mesh.chunks if isinstance(mesh, pa.ChunkedArray) else [mesh]
@@ -85,7 +84,8 @@ class TermCollector:
 
     def _add(self, mesh: pa.Array) -> None:
         flat = pc.list_flatten(mesh)
-        parent = pc.list_parent_indices(mesh).to_numpy().astype(np.int64) + self.papers
+        pos_t = np.int32 if self.papers + len(mesh) < 2**31 else np.int64
+        parent = pc.list_parent_indices(mesh).to_numpy().astype(pos_t) + pos_t(self.papers)
         self.papers += len(mesh)
         if len(flat) == 0:
             return
@@ -104,23 +104,33 @@ class TermCollector:
         enc = combo.dictionary_encode()
         major = pc.fill_null(pc.struct_field(flat, "major"), False).filter(keep)
         self._paper.append(parent[keep_np])
-        self._code.append(enc.indices.to_numpy().astype(np.int64) + self._ncombos)
+        self._code.append(enc.indices.to_numpy().astype(np.int32))       # local to this chunk's dictionary
         self._major.append(major.to_numpy(zero_copy_only=False).astype(bool))
         self._combos.append(enc.dictionary)
-        self._ncombos += len(enc.dictionary)
 
     def finish(self) -> MeshTerms:
         if not self._combos:
-            return MeshTerms(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool),
+            return MeshTerms(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, bool),
                              np.zeros(0, object), pa.array([], pa.list_(pa.string())), self.papers)
+        sizes = [len(d) for d in self._combos]
         enc = pa.concat_arrays(self._combos).dictionary_encode()   # the chunks' combinations, once each
-        remap = enc.indices.to_numpy().astype(np.int64)
-        code = remap[np.concatenate(self._code)]
+        self._combos.clear()
+        remap = enc.indices.to_numpy().astype(np.int32)
+        total = sum(len(c) for c in self._code)
+        code = np.empty(total, np.int32)
+        paper = np.empty(total, np.result_type(*self._paper))
+        major = np.empty(total, bool)
+        at, off = 0, 0
+        for size in sizes:                                         # fill in place, freeing each chunk
+            c, p, m = self._code.pop(0), self._paper.pop(0), self._major.pop(0)
+            code[at:at + len(c)] = remap[c.astype(np.int64) + off]
+            paper[at:at + len(c)] = p
+            major[at:at + len(c)] = m
+            at, off = at + len(c), off + size
         parts = pc.split_pattern(enc.dictionary, _KEY_SEP, max_splits=1)
         keys = pc.list_element(parts, 0).to_numpy(zero_copy_only=False)
         trees = pc.split_pattern(pc.list_element(parts, 1), _TREE_SEP)
-        return MeshTerms(np.concatenate(self._paper), code, np.concatenate(self._major),
-                         np.asarray(keys, object), trees, self.papers)
+        return MeshTerms(paper, code, major, np.asarray(keys, object), trees, self.papers)
 
 
 def mesh_terms(mesh: pa.Array | pa.ChunkedArray, drop_names: frozenset = CHECK_TAGS,
@@ -233,7 +243,7 @@ def mesh_vectors(terms: MeshTerms, papers: np.ndarray | None = None, major_weigh
         paper, col = paper[ok], col[ok]
         val = w.ic[col] * np.where(terms.major[a:b][ok] & major_in_vector, major_weight, 1.0)
         p0 = paper[0]
-        key = (paper - p0) * D + col
+        key = (paper - p0).astype(np.int64) * D + col
         order = np.argsort(key, kind="stable")
         key = key[order]
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
