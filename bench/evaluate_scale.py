@@ -9,8 +9,8 @@ cluster; three resolutions), then runs, each in its own child process so that ea
 its own:
 - new:       mapping.evaluate.mesh_evaluation (Arrow batches, compact assignment arrays, labels by row)
 - reference: the previous implementation (the papers' MeSH lists as pandas objects, one Python loop
-             per paper, labels by a pandas reindex of the whole clusters table), on the first
-             --ref-n papers (the same corpus, its first part files), where the new code runs too.
+             per paper, labels by a pandas reindex of the whole clusters table, the accuracy's
+             lookups scanning unsorted rows), on a --ref-n-paper corpus where the new code runs too.
 Prints seconds, peak RSS (and the RSS after imports), bytes per paper, the ratios new/reference
 at --ref-n, and whether both give the same figures (they must: bit for bit).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import importlib
 import json
 import math
 import os
@@ -48,24 +49,26 @@ def make_run(root: Path, n: int, shard: int) -> Path:
     from sciencemap.contracts import SCHEMAS
 
     run = root / f"mesh_{n}"
-    if (run / "done").exists():
-        return run
-    write_corpus(run, n, dim=4, shard=shard, mesh_share=1.0)
-    rng = np.random.default_rng(0)
-    (run / "clusters").mkdir(exist_ok=True)
-    ids = pa.array([f"gen:{i}" for i in range(n)], pa.string())
-    for k, (r, C) in enumerate(RESOLUTIONS):
-        order = rng.permutation(n)                          # any row order: labels are gathered by row
-        pq.write_table(pa.table({"paper_id": ids.take(pa.array(order)), "row": pa.array(order, pa.int32()),
-                                 "resolution": pa.array(np.full(n, r)),
-                                 "cluster": pa.array(rng.integers(0, C, n), pa.int32())}, schema=SCHEMAS["clusters"]),
-                       run / "clusters" / f"part-{k:05d}.parquet")
-    (run / "done").write_text("")
+    ids = pa.array([f"gen:{i}" for i in range(n)], pa.string())      # write_corpus's ids, in row order
+    if not (run / "done").exists():
+        write_corpus(run, n, dim=4, shard=shard, mesh_share=1.0)
+        rng = np.random.default_rng(0)
+        (run / "clusters").mkdir(exist_ok=True)
+        for k, (r, C) in enumerate(RESOLUTIONS):
+            order = rng.permutation(n)                      # any row order: labels are gathered by row
+            pq.write_table(pa.table({"paper_id": ids.take(pa.array(order)), "row": pa.array(order, pa.int32()),
+                                     "resolution": pa.array(np.full(n, r)),
+                                     "cluster": pa.array(rng.integers(0, C, n), pa.int32())},
+                                    schema=SCHEMAS["clusters"]),
+                           run / "clusters" / f"part-{k:05d}.parquet")
+        (run / "done").write_text("")
+    if not (run / "ids.parquet").exists():
+        pq.write_table(pa.table({"paper_id": ids}), run / "ids.parquet")   # the vector store's side table
     return run
 
 
-def vector_ids(n: int) -> pa.Array:
-    return pa.array([f"gen:{i}" for i in range(n)], pa.string())
+def vector_ids(run: Path) -> pa.Array:
+    return pq.read_table(run / "ids.parquet").column("paper_id").combine_chunks()
 
 
 # ---------------------------------------------------------------- the previous implementation
@@ -127,10 +130,31 @@ def _ref_vectors(records, major_weight, drop_names, drop_uis):
     return np.asarray(rows, np.int64), (sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ V).tocsr(), keys
 
 
+def _ref_accuracy(V, labels):
+    """The previous closed form, as it was: the cluster sums' rows unsorted, so each lookup scans a row."""
+    import scipy.sparse as sp
+
+    N = V.shape[0]
+    _, lab = np.unique(np.asarray(labels), return_inverse=True)
+    M = sp.csr_matrix((np.ones(N), (lab, np.arange(N))), shape=(lab.max() + 1, N))
+    S = (M @ V).tocsr()
+    T = np.asarray(V.sum(axis=0)).ravel()
+    Vc = V.tocoo()
+    s_vals = np.asarray(S[lab[Vc.row], Vc.col]).ravel()
+    num = np.bincount(Vc.row, weights=Vc.data * s_vals, minlength=N) - 1.0
+    den = np.bincount(Vc.row, weights=Vc.data * T[Vc.col], minlength=N) - 1.0
+    ok = den > 1e-12
+    per = np.zeros(N)
+    per[ok] = np.clip(num[ok], 0, None) / den[ok]
+    return float(per.sum() / N), int((~ok).sum())
+
+
 def reference_evaluation(run: Path) -> dict:
     from sciencemap.storage import read_table
 
-    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, accuracy, granularity
+    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, granularity
+
+    accuracy = _ref_accuracy
 
     clusters = read_table(run / "clusters").to_pandas()
     papers = read_table(run / "papers", columns=["paper_id", "mesh"]).to_pandas()
@@ -163,18 +187,17 @@ def new_evaluation(run: Path, ids: pa.Array) -> dict:
 # ---------------------------------------------------------------- driver
 
 def child(args) -> None:
-    import mapping.evaluate  # noqa: F401  (imports counted in the RSS after imports)
+    importlib.import_module("mapping.evaluate")   # imported before the RSS after imports is read
 
-    run, n = Path(args.run), args.n
-    ids = vector_ids(n) if args.child == "new" else None
+    run = Path(args.run)
     base = peak_mb()
     t0 = time.perf_counter()
-    out = new_evaluation(run, ids) if args.child == "new" else reference_evaluation(run)
+    out = new_evaluation(run, vector_ids(run)) if args.child == "new" else reference_evaluation(run)
     print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": peak_mb(), "base_mb": base, "result": out}))
 
 
 def measure(kind: str, run: Path, n: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--run", str(run), "--n", str(n)]
+    cmd = [sys.executable, __file__, "--child", kind, "--run", str(run)]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
