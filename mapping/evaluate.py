@@ -103,6 +103,9 @@ def mesh_evaluation(papers: ds.Dataset, clusters: ds.Dataset, vector_ids: pa.Arr
     paper id that appears twice)."""
     names = (CHECK_TAGS | frozenset(cfg.extra_check_tags)) if cfg.drop_check_tags else frozenset()
     uis = CHECK_TAG_UIS if cfg.drop_check_tags else frozenset()
+    if "row" not in clusters.schema.names:
+        raise UserError("the clusters table has no `row` column (written before clusters were stored by vector "
+                        "row); re-run the knn and cluster stages")
     n = len(vector_ids)
     resolutions, clustered = clustered_rows(clusters, n)
     terms, ids = read_mesh(papers, names, uis)

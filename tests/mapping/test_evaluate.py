@@ -103,3 +103,15 @@ def test_citation_links_by_row(tmp_path, make_run):
     for chunk in (None, 2):
         got = citation_links(dataset(layout.table("references")), vec.ids_arrow(), n, chunk_rows=chunk)
         assert np.array_equal(got, expect)
+
+
+def test_old_clusters_table_is_refused(tmp_path, make_run):
+    from sciencemap.runtime import UserError
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=2, per=5, dim=8)
+    vec = ensure_vectors(layout)
+    write_table_atomic(pa.table({"paper_id": pa.array(["p:0"]), "resolution": pa.array([0.1]),
+                                 "cluster": pa.array([0], pa.int32())}), layout.table("clusters"))
+    with pytest.raises(UserError, match="re-run the knn and cluster stages"):
+        mesh_evaluation(dataset(layout.table("papers")), dataset(layout.table("clusters")), vec.ids_arrow(),
+                        EvaluateConfig())
