@@ -230,16 +230,21 @@ class ExactSearch:
         heap = faiss.ResultHeap(len(Q), kq, keep_max=True)
         for lo in range(0, self.p.n, self.db_block):
             hi = min(self.p.n, lo + self.db_block)
-            index = faiss.IndexFlatIP(self.p.dim)
-            index.add(rows_f32(self.X, lo, hi))
+            tile = rows_f32(self.X, lo, hi)
             release(self.X)
-            D, I = _to_device(index, self.p.gpu).search(Q, min(kq, hi - lo))
+            if self.p.gpu:
+                index = faiss.IndexFlatIP(self.p.dim)
+                index.add(tile)
+                D, I = _to_device(index, True).search(Q, min(kq, hi - lo))
+                del index
+            else:  # IndexFlatIP's own search function, on the tile in place (no copy into an index)
+                D, I = faiss.knn(Q, tile, min(kq, hi - lo), metric=faiss.METRIC_INNER_PRODUCT)
+            del tile
             I += lo
             if I.shape[1] < kq:   # a short last tile: pad to the heap's width
                 D = np.pad(D, ((0, 0), (0, kq - I.shape[1])), constant_values=-np.inf)
                 I = np.pad(I, ((0, 0), (0, kq - I.shape[1])), constant_values=-1)
             heap.add_result(np.ascontiguousarray(D), np.ascontiguousarray(I))
-            del index
         heap.finalize()
         release(self.X)
         return heap.D, heap.I
