@@ -4,8 +4,8 @@ Everything here is keyed by the vector store's row number (sciencemap.vectors): 
 `vectors.npy` is paper i. Nothing builds a whole-table pandas frame or per-paper Python objects
 beyond one batch:
 
-- `read_rows` reads a block of rows with a plain file read, so scanning a 100 GB store does not
-  leave its pages mapped into this process (a memory map's touched pages count in its RSS);
+- vector blocks come from sciencemap.vectors.read_rows (a plain file read, so scanning a 100 GB
+  store does not leave its pages mapped into this process);
 - `cluster_resolutions` / `cluster_labels` read the clusters table's (row, resolution, cluster)
   columns, one resolution at a time, into an int32 label per row (-1 = not clustered);
 - `load_row_meta` streams the papers table once, batch by batch, joins it to the rows through
@@ -21,7 +21,6 @@ field matrix (8 bytes per field of a paper).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,30 +42,6 @@ BLOCK_BYTES = 64 * 2**20          # float32 bytes of one block of vector rows
 def block_rows(dim: int, itemsize: int = 4, budget: int = BLOCK_BYTES) -> int:
     """Rows per block so that one block of `dim` values of `itemsize` bytes stays under `budget`."""
     return max(1, int(budget // max(1, dim * itemsize)))
-
-
-def read_rows(X: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Rows lo..hi of X as a new float32 array. For a memory-mapped .npy the rows are read from
-    the file (pread), so the pages are not mapped into this process."""
-    lo, hi = int(lo), int(max(lo, hi))
-    if isinstance(X, np.memmap) and getattr(X, "filename", None) and X.flags.c_contiguous and X.ndim == 2:
-        row_bytes = X.shape[1] * X.dtype.itemsize
-        out = np.empty((hi - lo, X.shape[1]), X.dtype)
-        if out.size == 0:
-            return out.astype(np.float32)
-        fd = os.open(X.filename, os.O_RDONLY)
-        try:
-            view, pos, end = memoryview(out).cast("B"), X.offset + lo * row_bytes, (hi - lo) * row_bytes
-            got = 0
-            while got < end:
-                n = os.preadv(fd, [view[got:]], pos + got)
-                if n <= 0:
-                    raise UserError(f"{X.filename} ends before row {hi}; re-run the knn stage")
-                got += n
-        finally:
-            os.close(fd)
-        return out if out.dtype == np.float32 else out.astype(np.float32)
-    return np.array(X[lo:hi], dtype=np.float32)
 
 
 def iter_blocks(n: int, size: int):

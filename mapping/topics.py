@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 
 from sciencemap.text import clean_text, clean_texts
+from sciencemap.vectors import read_rows
 
 TITLE_STOP_WORDS = sorted(ENGLISH_STOP_WORDS | {
     "study", "studies", "analysis", "using", "based", "effect", "effects", "role", "new", "via",
@@ -62,8 +63,6 @@ def membership(labels: np.ndarray, n_topics: int | None = None) -> sp.csr_matrix
 # ---------------------------------------------------------------- topic vectors
 
 def _read_block(X, lo, hi) -> np.ndarray:
-    from mapping.io import read_rows
-
     return read_rows(X, lo, hi)
 
 

@@ -32,7 +32,16 @@ def say(msg: str, rank: int = 0, world: int = 1) -> None:
 
 
 def rss_mb() -> float:
-    """Peak resident memory of this process in MB (Linux reports ru_maxrss in KiB)."""
+    """Peak resident memory of this process in MB: VmHWM from /proc (ru_maxrss of a child process
+    starts at its parent's RSS at fork, so it overstates a stage launched from a big parent);
+    ru_maxrss (KiB on Linux) where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -42,6 +42,31 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(n > 0, n, 1.0)
 
 
+def read_rows(X: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi of X as a new float32 array. For a memory-mapped .npy the rows are read from
+    the file (pread), so the pages are not mapped into this process."""
+    lo, hi = int(lo), int(max(lo, hi))
+    if isinstance(X, np.memmap) and getattr(X, "filename", None) and X.flags.c_contiguous and X.ndim == 2:
+        row_bytes = X.shape[1] * X.dtype.itemsize
+        out = np.empty((hi - lo, X.shape[1]), X.dtype)
+        if out.size == 0:
+            return out.astype(np.float32)
+        fd = os.open(X.filename, os.O_RDONLY)
+        try:
+            view, pos, end = memoryview(out).cast("B"), X.offset + lo * row_bytes, (hi - lo) * row_bytes
+            got = 0
+            while got < end:
+                n = os.preadv(fd, [view[got:]], pos + got)
+                if n <= 0:
+                    raise UserError(f"{X.filename} ends before row {hi}; re-run the knn stage (it rebuilds the vector store)")
+                got += n
+        finally:
+            os.close(fd)
+        return out if out.dtype == np.float32 else out.astype(np.float32)
+    return np.array(X[lo:hi], dtype=np.float32)
+
+
+
 @dataclass
 class Vectors:
     """An opened vector store: `X` is the read-only memory map (n × dim, unit rows)."""
@@ -65,8 +90,9 @@ class Vectors:
         return pq.read_table(self.path / VECTORS_IDS).column("paper_id").combine_chunks()
 
     def block(self, lo: int, hi: int) -> np.ndarray:
-        """Rows lo..hi as a float32 array (widened from float16), the form FAISS and BLAS take."""
-        return np.ascontiguousarray(self.X[lo:hi], dtype=np.float32)
+        """Rows lo..hi as a new float32 array (widened from float16), the form FAISS and BLAS take;
+        read from the file, so the map's pages do not pile up in this process's RSS."""
+        return read_rows(self.X, lo, hi)
 
 
 def source_fingerprint(shards: list[Path]) -> str:

@@ -1,4 +1,4 @@
-"""The render stage's readers (mapping.io): vector blocks, cluster labels by row, papers by row."""
+"""The render stage's readers (mapping.io): cluster labels by row, papers by row."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,20 +9,7 @@ from sciencemap.contracts import SCHEMAS
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
-from mapping.io import cluster_labels, cluster_resolutions, join_rows, load_row_meta, read_rows, read_titles
-
-
-def test_read_rows_from_a_memory_map_float32_and_float16(tmp_path):
-    X = np.random.default_rng(0).normal(size=(50, 7)).astype(np.float32)
-    for dt in (np.float32, np.float16):
-        p = tmp_path / f"{np.dtype(dt).name}.npy"
-        np.save(p, X.astype(dt))
-        mm = np.load(p, mmap_mode="r")
-        for lo, hi in ((0, 50), (3, 4), (10, 49), (20, 20)):
-            got = read_rows(mm, lo, hi)
-            assert got.dtype == np.float32 and got.shape == (hi - lo, 7)
-            np.testing.assert_array_equal(got, X.astype(dt)[lo:hi].astype(np.float32))
-    np.testing.assert_array_equal(read_rows(X, 5, 9), X[5:9])          # a plain array works too
+from mapping.io import cluster_labels, cluster_resolutions, join_rows, load_row_meta, read_titles
 
 
 def test_join_rows_first_occurrence_and_missing():

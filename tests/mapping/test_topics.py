@@ -180,7 +180,7 @@ def test_field_matrix_from_arrow_equals_the_python_construction():
 
 
 def test_topic_vectors_blockwise_from_the_memmap_equal_the_dense_mean(tmp_path):
-    from mapping.io import read_rows
+    from sciencemap.vectors import read_rows
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1001, 24)).astype(np.float32)

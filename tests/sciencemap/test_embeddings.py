@@ -97,8 +97,12 @@ def test_without_a_manifest_every_part_file_is_read(tmp_path):
         load_embeddings(d)
 
 
-def test_mapping_reads_through_the_same_reader():
+def test_mapping_reads_vectors_only_through_the_store():
+    """The mapping stages read no embedding shard themselves: the knn stage converts them into the
+    vector store (sciencemap.vectors, whose rows equal load_embeddings' in test_vectors.py)."""
     import mapping.knn
     import mapping.render
+    import sciencemap.vectors
 
-    assert mapping.knn.load_embeddings is load_embeddings and mapping.render.load_embeddings is load_embeddings
+    assert mapping.knn.ensure_vectors is sciencemap.vectors.ensure_vectors
+    assert not hasattr(mapping.knn, "load_embeddings") and not hasattr(mapping.render, "load_embeddings")

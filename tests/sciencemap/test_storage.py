@@ -60,11 +60,12 @@ def test_sweep_temporaries_removes_only_what_killed_writers_left(tmp_path):
 def test_write_table_atomic_casts_to_the_contract(tmp_path):
     loose = pa.table({"rank": pa.array([1, 2], pa.int64()), "extra": ["drop", "me"],
                       "similarity": pa.array([0.5, 0.25], pa.float64()),
-                      "dst": ["b", "c"], "src": ["a", "a"]})
+                      "dst": pa.array([1, 2], pa.int64()), "src": [0, 0]})
     write_table_atomic(loose, tmp_path / "edges", SCHEMAS["edges"])
     t = read_table(tmp_path / "edges")
     assert t.schema.equals(SCHEMAS["edges"])           # columns selected, ordered and cast
     assert t.column("rank").to_pylist() == [1, 2] and t.column("similarity").to_pylist() == [0.5, 0.25]
+    assert t.column("src").type == pa.int32() and t.column("dst").to_pylist() == [1, 2]
     with pytest.raises((pa.ArrowInvalid, KeyError)):   # a missing contract column is not papered over
         write_table_atomic(loose.drop(["rank"]), tmp_path / "edges2", SCHEMAS["edges"])
     assert not (tmp_path / "edges2").exists()

@@ -15,7 +15,7 @@ from sciencemap.embeddings import load_embeddings, shard_name
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
-from sciencemap.vectors import ensure_vectors, open_vectors
+from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
 
 
 def _write_shard(path, ids, X, dtype=pa.float32()):
@@ -57,18 +57,19 @@ def test_the_store_holds_unit_rows_in_shard_order_with_ids_beside(run):
 def test_the_store_is_reused_until_the_embeddings_or_the_dtype_change(run):
     layout, ids, X = run
     first = ensure_vectors(layout)
+    unit = first.block(0, 11)
     stamp = (layout.vectors_dir / VECTORS_META).stat().st_mtime_ns
     assert ensure_vectors(layout).meta == first.meta
     assert (layout.vectors_dir / VECTORS_META).stat().st_mtime_ns == stamp     # not rewritten
     half = ensure_vectors(layout, "float16")
     assert half.X.dtype == np.float16 and half.meta["dtype"] == "float16"
-    np.testing.assert_allclose(half.block(0, 11), first.block(0, 11), atol=1e-3)
+    np.testing.assert_allclose(half.block(0, 11), unit, atol=1e-3)
     # A re-embedded shard (new content) is converted again.
     _write_shard(layout.embeddings_dir / shard_name(1), ids[5:9], -X[5:9])
     os.utime(layout.embeddings_dir / shard_name(1), ns=(1, 1))
     again = ensure_vectors(layout, "float16")
     assert again.meta["source"] != half.meta["source"]
-    np.testing.assert_allclose(again.block(5, 9), -first.block(5, 9), atol=1e-3)
+    np.testing.assert_allclose(again.block(5, 9), -unit[5:9], atol=1e-3)
 
 
 def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path):
@@ -89,6 +90,19 @@ def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path):
     with pytest.raises(UserError, match="shape"):
         open_vectors(layout)
     del v
+
+
+def test_read_rows_from_a_memory_map_float32_and_float16(tmp_path):
+    X = np.random.default_rng(0).normal(size=(50, 7)).astype(np.float32)
+    for dt in (np.float32, np.float16):
+        p = tmp_path / f"{np.dtype(dt).name}.npy"
+        np.save(p, X.astype(dt))
+        mm = np.load(p, mmap_mode="r")
+        for lo, hi in ((0, 50), (3, 4), (10, 49), (20, 20)):
+            got = read_rows(mm, lo, hi)
+            assert got.dtype == np.float32 and got.shape == (hi - lo, 7)
+            np.testing.assert_array_equal(got, X.astype(dt)[lo:hi].astype(np.float32))
+    np.testing.assert_array_equal(read_rows(X, 5, 9), X[5:9])          # a plain array works too
 
 
 def test_progress_reports_rate_eta_and_memory(caplog):
