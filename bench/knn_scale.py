@@ -9,12 +9,13 @@
    well below 384, like text embeddings), written as embedding shards into a run directory; the
    vector store (sciencemap.vectors) is converted once in its own process (time and peak printed,
    not counted below: the exact reference also starts from vectors in hand).
+   Peak RSS of a child is its own VmHWM (os.wait4's figure would include this parent's RSS at fork).
 2. Reference, measured in the same run: exact faiss.IndexFlatIP over all N vectors, queries/s on
    --queries sampled queries, before and after the stage (the mean is used); the exact time for the
    whole graph is EXTRAPOLATED as N / (queries/s) — a full exact run is not made.
 3. The knn stage itself (index auto → IVF-SQ8 with re-ranking at this size: mapping.knn.run_knn
-   with the [knn] settings written to knn.toml) in a child process: wall time, peak RSS (the child's own rusage, os.wait4), recall@k from the edges
-   metadata (the stage measures it against exact tiled products over the same vectors).
+   with the [knn] settings written to knn.toml) in a child process: wall time, peak RSS (the child's
+   VmHWM), recall@k from the edges metadata (the stage measures it against exact tiled products over the same vectors).
 4. Kill and resume: the stage again in a child, SIGKILLed once a random number of query blocks is
    checkpointed in knn_work, then resumed; its edges must equal the uninterrupted run's exactly.
 
@@ -40,15 +41,32 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Every child writes its own peak RSS (VmHWM of /proc/self/status, KiB) to the file named by its last
+# argument when it exits. (os.wait4's ru_maxrss is no good here: a child's maximum starts at the RSS of
+# the parent it was forked from, and this parent holds gigabytes of exact index and mapped vectors.)
+PEAK = ("import atexit, re, sys; atexit.register(lambda: open(sys.argv[-1], 'w').write("
+        "re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))); ")
 # the stage (mapping.knn.run_knn with the [knn] section of a TOML file) in a child, progress lines on stderr
-CHILD = ("import logging, sys, tomllib; from pathlib import Path; "
-         "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', stream=sys.stderr); "
-         "from sciencemap.config import config_from; from sciencemap.layout import RunLayout; "
-         "from mapping.knn import KnnConfig, run_knn; "
-         "cfg = config_from(KnnConfig, tomllib.loads(Path(sys.argv[2]).read_text())['knn']); "
-         "run_knn(cfg, RunLayout(Path(sys.argv[1])))")
-CONVERT = ("import sys; from pathlib import Path; from sciencemap.layout import RunLayout; "
-           "from sciencemap.vectors import ensure_vectors; ensure_vectors(RunLayout(Path(sys.argv[1])), sys.argv[2])")
+CHILD = PEAK + ("import logging, sys, tomllib; from pathlib import Path; "
+                "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', stream=sys.stderr); "
+                "from sciencemap.config import config_from; from sciencemap.layout import RunLayout; "
+                "from mapping.knn import KnnConfig, run_knn; "
+                "cfg = config_from(KnnConfig, tomllib.loads(Path(sys.argv[2]).read_text())['knn']); "
+                "run_knn(cfg, RunLayout(Path(sys.argv[1])))")
+CONVERT = PEAK + ("import sys; from pathlib import Path; from sciencemap.layout import RunLayout; "
+                  "from sciencemap.vectors import ensure_vectors; ensure_vectors(RunLayout(Path(sys.argv[1])), sys.argv[2])")
+
+
+def vm_hwm(pid: int) -> int:
+    """Peak RSS (bytes) of a running process so far; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def generate(run: Path, n: int, dim: int, fields: int, centres: int, rank: int, spread: float, noise: float,
@@ -80,27 +98,34 @@ def generate(run: Path, n: int, dim: int, fields: int, centres: int, rank: int, 
 
 
 def child(args: list[str], log: Path, kill_at_blocks: int | None = None, work: Path | None = None) -> dict:
-    """Run a child python; its wall time and peak RSS (os.wait4). With kill_at_blocks, SIGKILL it
-    once that many block files exist in work/blocks."""
+    """Run a child python; its wall time and peak RSS (its own VmHWM: reported at exit, polled while it
+    runs, so a killed child has one too). With kill_at_blocks, SIGKILL it once that many block files
+    exist in work/blocks."""
+    peak_file = log.parent / f".peak-{time.monotonic_ns()}"
     t0 = time.perf_counter()
+    peak = 0
     with open(log, "a") as out:
         out.write(f"\n### {' '.join(args)}\n")
         out.flush()
-        p = subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        p = subprocess.Popen([sys.executable, *args, str(peak_file)], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         killed = False
-        if kill_at_blocks is not None:
-            while p.poll() is None:
-                blocks = work / "blocks"
-                if blocks.is_dir() and sum(1 for f in blocks.glob("*.npz")) >= kill_at_blocks:
-                    os.kill(p.pid, signal.SIGKILL)
-                    killed = True
-                    break
-                time.sleep(0.05)
-        _, status, usage = os.wait4(p.pid, 0)
-    rc = os.waitstatus_to_exitcode(status)
+        while p.poll() is None:
+            peak = max(peak, vm_hwm(p.pid))
+            blocks = work / "blocks" if work else None
+            if kill_at_blocks is not None and blocks.is_dir() and \
+                    sum(1 for _ in blocks.glob("*.npz")) >= kill_at_blocks:
+                peak = max(peak, vm_hwm(p.pid))
+                os.kill(p.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.05)
+        rc = p.wait()
+    if peak_file.is_file():
+        peak = max(peak, int(peak_file.read_text()) * 1024)
+        peak_file.unlink()
     if rc != 0 and not killed:
         sys.exit(f"child failed (exit {rc}): {' '.join(args)}; see {log}")
-    return {"seconds": time.perf_counter() - t0, "peak": usage.ru_maxrss * 1024, "rc": rc, "killed": killed}
+    return {"seconds": time.perf_counter() - t0, "peak": peak, "rc": rc, "killed": killed}
 
 
 def exact_qps(vectors_dir: Path, queries: int, k: int, seed: int) -> float:
