@@ -577,6 +577,8 @@ def run_knn(cfg: KnnConfig, layout: RunLayout, on_block: Callable[[int], None] |
         t2 = time.perf_counter()
         summary.update(_recall(X, p, cfg, lambda rows: _lists_of(work, rows, cfg.block_size)))
         summary["recall_s"] = round(time.perf_counter() - t2, 3)
+    for leftover in layout.root.glob(f".{layout.table('edges').name}.tmp-*"):  # a write killed half-way
+        shutil.rmtree(leftover, ignore_errors=True)
     summary["edges"] = _write_edges(work, starts, p, layout, summary)
     work.remove()
     summary["total_s"] = round(time.perf_counter() - t0, 3)
