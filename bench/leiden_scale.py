@@ -222,7 +222,8 @@ def scale(args) -> None:
 def demo(args) -> None:
     import pandas as pd
 
-    from mapping.cluster import DEFAULT_MAX_ITERATIONS, DEFAULT_RESOLUTIONS, build_graph, leiden, load_graph
+    from mapping.cluster import (DEFAULT_RESOLUTIONS, ClusterConfig, build_graph, iterations_for, leiden,
+                                 load_graph)
 
     run = Path(args.demo)
     t = pq.read_table(run / "edges", columns=["src", "dst", "similarity"])
@@ -236,7 +237,7 @@ def demo(args) -> None:
         graph = build_graph(idx[:m], idx[m:], t.column("similarity").to_numpy(), len(ids))
         how = "paper ids, nodes in order of first appearance"
     G = graph.igraph()
-    cap = args.iterations if args.iterations_given else DEFAULT_MAX_ITERATIONS
+    cap = args.iterations if args.iterations_given else iterations_for(graph.m, ClusterConfig())   # the stage's
     print(f"{run}: {graph.n:,} nodes, {graph.m:,} undirected edges ({how}); seed {args.seed}, beta 0.01, "
           f"stage cap max_iterations={cap}")
     all_same = True
@@ -270,7 +271,7 @@ def main() -> None:
     ap.add_argument("--outliers", type=float, default=0.02, help="share of papers linking only at random")
     ap.add_argument("--resolution", type=float, default=0.003)
     ap.add_argument("--iterations", type=int, default=None,
-                    help="the stage's max_iterations (default 3; in --demo: the module's default cap)")
+                    help="the stage's max_iterations (default 3; in --demo: the stage's cap for that graph's size)")
     ap.add_argument("--stable-cap", type=int, default=30, help="cap of the until-stable run for the quality curve")
     ap.add_argument("--min-size", type=int, default=5)
     ap.add_argument("--seed", type=int, default=42)
