@@ -6,7 +6,8 @@
 Writes a generated run (bench/synthetic.py: vectors with topic structure, titles, years, fields,
 MeSH-like descriptors for 30% of papers) and runs knn → cluster → render (topics, layout, map) →
 evaluate, each stage as its own `python jobs/<stage>.py` process, so every stage's peak RSS is its
-own (os.wait4's rusage of that child). Prints a table: seconds, peak RSS, peak bytes per paper, and
+own (os.wait4's rusage of that child; the corpus is generated in another child, so this
+parent stays small and a child's ru_maxrss, which starts at its parent's RSS, is its own). Prints a table: seconds, peak RSS, peak bytes per paper, and
 the bytes on disk per paper of what the stage wrote; the reference in the same run is the raw
 float32 vectors (n × dim × 4 bytes) each peak is compared with. Needs no GPU.
 """
@@ -20,8 +21,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-from synthetic import write_corpus  # bench/synthetic.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,9 +73,10 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--vector-dtype", default="float32", choices=("float32", "float16"))
-    ap.add_argument("--resolutions", type=float, nargs="+", default=[1e-5, 3e-5, 1e-4, 3e-4, 1e-3])
+    ap.add_argument("--resolutions", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
     ap.add_argument("--run", type=Path, default=REPO / "runs" / "bench_chain")
     ap.add_argument("--reuse", action="store_true", help="keep an existing generated corpus of the same size")
+    ap.add_argument("--generate-only", action="store_true", help="write the corpus and stop (use --reuse later)")
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = ap.parse_args()
 
@@ -86,9 +86,14 @@ def main() -> None:
     if not (args.reuse and stamp.is_file() and json.loads(stamp.read_text()).get("args") == want):
         shutil.rmtree(run, ignore_errors=True)
         t0 = time.perf_counter()
-        info = write_corpus(run, args.n, args.dim)
+        # In a child process: a stage's peak RSS is then not inflated by this process's size at fork.
+        out = subprocess.run([sys.executable, str(REPO / "bench" / "synthetic.py"), str(run), "--n", str(args.n),
+                              "--dim", str(args.dim)], check=True, capture_output=True, text=True).stdout
+        info = json.loads(out.strip().splitlines()[-1])
         stamp.write_text(json.dumps({"args": want, "corpus": info}))
         print(f"generated {args.n:,} papers x {args.dim}-d in {time.perf_counter() - t0:.0f} s: {info}", flush=True)
+    if args.generate_only:
+        return
     for t in ("vectors", "knn_work", "edges", "clusters", "topics", "map.png", "map.html", "report.md",
               "metrics.json", "stages.json"):
         p = run / t

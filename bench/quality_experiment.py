@@ -347,13 +347,12 @@ def mesh_curve(X: np.ndarray, mv, resolutions, min_size: int) -> list[dict]:
     Xn = np.ascontiguousarray(unit_rows(X.astype(np.float32)))
     _, s, d, sim, _ = knn_edges(Xn, KnnConfig(k=20, index="flat", gpu="never"))
     n = len(Xn)
-    g = build_graph(s, d, sim, extra_ids=np.arange(n))
-    pos = {int(pid): i for i, pid in enumerate(g.ids)}
+    g = build_graph(s, d, sim, n)   # node i = row i
     ig = g.igraph()
     rows = []
     for r in resolutions:
         mem, _ = cluster_graph(g, r, ClusterConfig(min_cluster_size=min_size), ig)
-        lab = mem[[pos[i] for i in range(n)]][mv.rows]
+        lab = mem[mv.rows]
         a, _ = accuracy(mv.V, lab)
         rows.append({"resolution": r, "accuracy": a, "granularity": granularity(lab), "clusters": int(mem.max() + 1)})
     return rows

@@ -125,3 +125,15 @@ def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: in
         if with_papers:
             pq.write_table(_papers(c, ids, topic_of[lo:hi], rng, mesh_share), run / "papers" / f"part-{k:05d}.parquet")
     return {"papers": n, "dim": dim, "topics": n_topics, "fields": len(c.fields)}
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="write a generated corpus (embeddings + papers) into a run directory")
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--dim", type=int, default=384)
+    a = ap.parse_args()
+    print(json.dumps(write_corpus(a.run, a.n, a.dim)))

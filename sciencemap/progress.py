@@ -32,6 +32,10 @@ def _duration(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def _rate(r: float) -> str:
+    return f"{r:,.0f}" if r >= 10 else f"{r:.2g}"
+
+
 class Progress:
     """`with Progress("knn search", total, "queries") as p: ... p.advance(n)`."""
 
