@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sciencemap.config import add_options, config_from_args, load_toml
 from sciencemap.layout import RunLayout
-from sciencemap.runtime import UserError, run_cli
+from sciencemap.runtime import UserError, log_to_stderr, run_cli
 from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, get_stage, pipeline_stages
 from sciencemap.storage import require_dir
 
@@ -65,6 +65,7 @@ def run_stage(name: str, argv: list[str] | None = None, prog: str | None = None)
 def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None) -> int:
     """Exit code of one job (a UserError is one line on stderr and exit code 2)."""
     _unshadow_stage_packages()
+    log_to_stderr()
     return run_cli(lambda a: run_stage(name, a, prog), argv)
 
 
@@ -72,6 +73,7 @@ def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int
     from sciencemap.pipeline import PipelineOptions, run_pipeline
 
     _unshadow_stage_packages()
+    log_to_stderr()
 
     def main(a):
         names = [s.name for s in pipeline_stages()]

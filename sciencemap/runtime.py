@@ -25,6 +25,23 @@ def run_cli(main, argv=None) -> int:
         return 2
 
 
+PACKAGE_LOGGERS = ("sciencemap", "importance", "encoders", "mapping")
+
+
+def log_to_stderr() -> None:
+    """A job's own log lines (progress with rate, ETA and memory; stage summaries) on stderr.
+    Only the project's loggers: the root logger stays quiet, so py4j and numba do not flood it."""
+    import logging
+
+    for name in PACKAGE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+
+
 def say(msg: str, rank: int = 0, world: int = 1) -> None:
     """A progress line on stderr (stdout is for the job's JSON summary); rank-tagged under torchrun."""
     prefix = f"[rank {rank}/{world}] " if world > 1 else ""
