@@ -154,20 +154,24 @@ def write_vectors(shards: list[Path], dest: Path, dtype: str, fingerprint: str, 
         raise UserError(f"no embedding shards in {shards}")
     with atomic_dir(dest) as tmp:
         ids_writer = pq.ParquetWriter(tmp / VECTORS_IDS, pa.schema([("paper_id", pa.string())]))
-        X = np.lib.format.open_memmap(tmp / VECTORS_MATRIX, mode="w+", dtype=np.dtype(dtype), shape=(rows, dim))
+        # Written as a plain .npy stream (header, then the rows), not through a memory map: the
+        # pages a map writes count in this process's RSS until they are flushed (50 GB at 33M).
         at = 0
-        for s in shards:
-            t = pq.read_table(s, columns=["paper_id", "vector"])
-            ids = t.column("paper_id").combine_chunks()
-            ids_writer.write_table(pa.table({"paper_id": ids}))
-            flat = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            X[at:at + len(t)] = unit_rows(flat.reshape(len(t), dim))
-            at += len(t)
-            if log:
-                log(f"vectors: {at:,}/{rows:,} rows converted")
+        with open(tmp / VECTORS_MATRIX, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                    "shape": (rows, dim)})
+            for s in shards:
+                t = pq.read_table(s, columns=["paper_id", "vector"])
+                ids = t.column("paper_id").combine_chunks()
+                ids_writer.write_table(pa.table({"paper_id": ids}))
+                flat = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                f.write(unit_rows(flat.reshape(len(t), dim)).astype(dtype, copy=False).tobytes())
+                at += len(t)
+                del t, flat
+                if log:
+                    log(f"vectors: {at:,}/{rows:,} rows converted")
         ids_writer.close()
-        X.flush()
-        del X
         all_ids = pq.read_table(tmp / VECTORS_IDS).column("paper_id")
         if pc.count_distinct(all_ids).as_py() != len(all_ids):
             raise UserError(f"duplicate paper_id values in {shards[0].parent}; remove stale shards and "
