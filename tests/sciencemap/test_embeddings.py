@@ -5,43 +5,38 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from sciencemap.contracts import EMBEDDINGS_MANIFEST, embeddings_schema
+from sciencemap.contracts import EMBEDDINGS_MANIFEST
 from sciencemap.embeddings import load_embedding_ids, load_embeddings, shard_name
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 
 
-def _write_shard(path, ids, X, dtype=pa.float32()):
-    vec = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel(), dtype), X.shape[1])
-    pq.write_table(pa.table({"paper_id": pa.array(ids, pa.string()), "vector": vec},
-                            schema=embeddings_schema(X.shape[1], dtype)), path)
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, write_shard):
     """Two shards of 3 and 2 papers (dim 4) and a complete manifest listing both."""
     layout = RunLayout(tmp_path / "run")
     d = layout.embeddings_dir
     d.mkdir(parents=True)
     X = np.arange(20, dtype=np.float32).reshape(5, 4) / 7
     ids = ["p:a", "p:b", "p:c", "p:d", "p:e"]
-    _write_shard(d / shard_name(0), ids[:3], X[:3])
-    _write_shard(d / shard_name(1), ids[3:], X[3:])
+    write_shard(d / shard_name(0), ids[:3], X[:3])
+    write_shard(d / shard_name(1), ids[3:], X[3:])
     (d / EMBEDDINGS_MANIFEST).write_text(json.dumps({"complete": True, "n_shards": 2, "dim": 4,
                                                       "finished_shards": [0, 1]}))
     return layout, ids, X
 
 
-def test_a_complete_manifest_reads_its_shards_in_order(run):
+def test_a_complete_manifest_reads_its_shards_in_order(run, write_shard):
     layout, ids, X = run
     for where in (layout, layout.root, layout.embeddings_dir):     # a layout, a run or the folder itself
         got_ids, got = load_embeddings(where)
         assert got_ids.tolist() == ids and got.dtype == np.float32
         np.testing.assert_array_equal(got, X)
-    _write_shard(layout.embeddings_dir / shard_name(2), ["p:stale"], X[:1])   # not in the manifest
+    write_shard(layout.embeddings_dir / shard_name(2), ["p:stale"], X[:1])   # not in the manifest
     assert len(load_embeddings(layout)[0]) == 5
 
 
@@ -59,9 +54,9 @@ def test_an_incomplete_or_broken_manifest_is_a_user_error(run):
         load_embeddings(layout)
 
 
-def test_ids_alone_read_the_same_shards_and_refuse_the_same_runs(run):
+def test_ids_alone_read_the_same_shards_and_refuse_the_same_runs(run, write_shard):
     layout, ids, _ = run
-    _write_shard(layout.embeddings_dir / shard_name(2), ["p:stale"], np.zeros((1, 4), np.float32))
+    write_shard(layout.embeddings_dir / shard_name(2), ["p:stale"], np.zeros((1, 4), np.float32))
     assert load_embedding_ids(layout).tolist() == ids                  # the manifest's shards only
     m = json.loads((layout.embeddings_dir / EMBEDDINGS_MANIFEST).read_text())
     (layout.embeddings_dir / EMBEDDINGS_MANIFEST).write_text(json.dumps({**m, "complete": False}))
@@ -69,30 +64,30 @@ def test_ids_alone_read_the_same_shards_and_refuse_the_same_runs(run):
         load_embedding_ids(layout)
 
 
-def test_float16_shards_are_widened(tmp_path):
+def test_float16_shards_are_widened(tmp_path, write_shard):
     d = tmp_path / "emb"
     d.mkdir()
     X = np.array([[0.1, -2.5, 3.0], [1e-3, 0.0, 65000.0]], np.float32)
-    _write_shard(d / shard_name(0), ["x", "y"], X.astype(np.float16), pa.float16())
+    write_shard(d / shard_name(0), ["x", "y"], X.astype(np.float16), pa.float16())
     (d / EMBEDDINGS_MANIFEST).write_text(json.dumps({"complete": True, "n_shards": 1, "dim": 3}))
     ids, got = load_embeddings(d)
     assert got.dtype == np.float32 and ids.tolist() == ["x", "y"]
     np.testing.assert_array_equal(got, X.astype(np.float16).astype(np.float32))
 
 
-def test_without_a_manifest_every_part_file_is_read(tmp_path):
+def test_without_a_manifest_every_part_file_is_read(tmp_path, write_shard):
     d = tmp_path / "vectors"
     d.mkdir()
     with pytest.raises(UserError, match="no embeddings"):
         load_embeddings(d)
     X = np.eye(3, dtype=np.float32)
-    _write_shard(d / "part-00001.parquet", ["b"], X[1:2])
-    _write_shard(d / "part-00000.parquet", ["a"], X[:1])
-    _write_shard(d / "part-00002.parquet", ["c"], X[2:])
+    write_shard(d / "part-00001.parquet", ["b"], X[1:2])
+    write_shard(d / "part-00000.parquet", ["a"], X[:1])
+    write_shard(d / "part-00002.parquet", ["c"], X[2:])
     ids, got = load_embeddings(d)
     assert ids.tolist() == ["a", "b", "c"]                 # name order
     np.testing.assert_array_equal(got, X)
-    _write_shard(d / "part-00003.parquet", ["a"], X[:1])
+    write_shard(d / "part-00003.parquet", ["a"], X[:1])
     with pytest.raises(UserError, match="duplicate paper_id"):
         load_embeddings(d)
 

@@ -7,10 +7,9 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from sciencemap.contracts import VECTORS_META, embeddings_schema
+from sciencemap.contracts import VECTORS_META
 from sciencemap.embeddings import load_embeddings, shard_name
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
@@ -18,14 +17,10 @@ from sciencemap.runtime import UserError
 from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
 
 
-def _write_shard(path, ids, X, dtype=pa.float32()):
-    vec = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel(), dtype), X.shape[1])
-    pq.write_table(pa.table({"paper_id": pa.array(ids, pa.string()), "vector": vec},
-                            schema=embeddings_schema(X.shape[1], dtype)), path)
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, write_shard):
     """Three shards (dim 6), one row all zeros, one float16 shard."""
     layout = RunLayout(tmp_path / "run")
     d = layout.embeddings_dir
@@ -34,9 +29,9 @@ def run(tmp_path):
     X = rng.normal(size=(11, 6)).astype(np.float32) * 5
     X[4] = 0
     ids = [f"p:{i}" for i in range(11)]
-    _write_shard(d / shard_name(0), ids[:5], X[:5])
-    _write_shard(d / shard_name(1), ids[5:9], X[5:9])
-    _write_shard(d / shard_name(2), ids[9:], X[9:].astype(np.float16), pa.float16())
+    write_shard(d / shard_name(0), ids[:5], X[:5])
+    write_shard(d / shard_name(1), ids[5:9], X[5:9])
+    write_shard(d / shard_name(2), ids[9:], X[9:].astype(np.float16), pa.float16())
     return layout, ids, X
 
 
@@ -54,7 +49,7 @@ def test_the_store_holds_unit_rows_in_shard_order_with_ids_beside(run):
     assert v.meta["rows"] == 11 and v.meta["dtype"] == "float32" and v.meta["normalised"]
 
 
-def test_the_store_is_reused_until_the_embeddings_or_the_dtype_change(run):
+def test_the_store_is_reused_until_the_embeddings_or_the_dtype_change(run, write_shard):
     layout, ids, X = run
     first = ensure_vectors(layout)
     unit = first.block(0, 11)
@@ -65,20 +60,20 @@ def test_the_store_is_reused_until_the_embeddings_or_the_dtype_change(run):
     assert half.X.dtype == np.float16 and half.meta["dtype"] == "float16"
     np.testing.assert_allclose(half.block(0, 11), unit, atol=1e-3)
     # A re-embedded shard (new content) is converted again.
-    _write_shard(layout.embeddings_dir / shard_name(1), ids[5:9], -X[5:9])
+    write_shard(layout.embeddings_dir / shard_name(1), ids[5:9], -X[5:9])
     os.utime(layout.embeddings_dir / shard_name(1), ns=(1, 1))
     again = ensure_vectors(layout, "float16")
     assert again.meta["source"] != half.meta["source"]
     np.testing.assert_allclose(again.block(5, 9), -unit[5:9], atol=1e-3)
 
 
-def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path):
+def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path, write_shard):
     layout, ids, X = run
     with pytest.raises(UserError, match="no vectors"):
         open_vectors(layout)
     with pytest.raises(UserError, match="dtype 'float64' is unknown"):
         ensure_vectors(layout, "float64")
-    _write_shard(layout.embeddings_dir / shard_name(3), ids[:1], X[:1])
+    write_shard(layout.embeddings_dir / shard_name(3), ids[:1], X[:1])
     with pytest.raises(UserError, match="duplicate paper_id"):
         ensure_vectors(layout)
     assert not layout.vectors_dir.exists()                        # nothing half-written is left
