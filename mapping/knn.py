@@ -34,8 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import mmap
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -54,13 +52,13 @@ from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
 from sciencemap.storage import atomic_dir, atomic_file, sweep_temporaries, write_json_atomic
 from sciencemap.embeddings import embedding_shards, embeddings_dir
-from sciencemap.vectors import ensure_vectors, source_fingerprint
+from sciencemap.vectors import ensure_vectors, read_rows, source_fingerprint, take_rows
 
 log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "flat", "ivf_sq8", "ivf_pq", "ivf_flat")
 WORK_FORMAT = 1
-GATHER_BYTES = 32 << 20   # re-ranking and recall: float32 scratch per chunk (and memory-map pages between releases)
+GATHER_BYTES = 32 << 20   # re-ranking and recall: float32 scratch per chunk
 
 
 @dataclass
@@ -111,45 +109,6 @@ def _to_device(index, gpu: bool):
 
 def _to_cpu(index, gpu: bool):
     return faiss.index_gpu_to_cpu(index) if gpu else index
-
-
-def release(X: np.ndarray) -> None:
-    """Drop the memory map's pages from this process (they stay in the page cache, a later touch
-    maps them again): the scans over all rows do not pile the file up in the process's RSS."""
-    mm = getattr(X, "_mmap", None)
-    if isinstance(mm, mmap.mmap) and hasattr(mm, "madvise"):
-        try:
-            mm.madvise(mmap.MADV_DONTNEED)
-        except (OSError, ValueError):
-            pass
-
-
-def rows_f32(X: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    return np.ascontiguousarray(X[lo:hi], dtype=np.float32)
-
-
-def take_rows(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Rows idx of X as float32. From the vector store's memory map they are read with pread, not
-    through the map: a few thousand scattered rows would map most of the file (the kernel maps
-    64 KB around each faulting page), and a process's RSS counts mapped pages."""
-    idx = np.asarray(idx, dtype=np.int64)
-    fn = getattr(X, "filename", None)
-    whole = (isinstance(X, np.memmap) and fn and X.flags.c_contiguous
-             and os.path.getsize(fn) == X.offset + X.nbytes)
-    if not whole or len(idx) == 0:
-        return np.asarray(X[idx], dtype=np.float32).reshape(len(idx), X.shape[1])
-    uniq, inverse = np.unique(idx, return_inverse=True)   # sorted: file order, each row read once
-    buf = np.empty((len(uniq), X.shape[1]), X.dtype)
-    mv = memoryview(buf).cast("B")
-    rb, base = buf.shape[1] * buf.itemsize, X.offset
-    fd = os.open(fn, os.O_RDONLY)
-    try:
-        pv = os.preadv
-        for j, r in enumerate(uniq.tolist()):
-            pv(fd, [mv[j * rb:(j + 1) * rb]], base + r * rb)
-    finally:
-        os.close(fd)
-    return buf[inverse.ravel()].astype(np.float32, copy=False)
 
 
 # ---------------------------------------------------------------- plan
@@ -220,9 +179,8 @@ class ExactSearch:
         self.whole = None
         if p.n <= db_block:
             index = faiss.IndexFlatIP(p.dim)
-            index.add(rows_f32(X, 0, p.n))
+            index.add(read_rows(X, 0, p.n))
             self.whole = _to_device(index, p.gpu)
-            release(X)
 
     def search(self, Q: np.ndarray, kq: int):
         if self.whole is not None:
@@ -230,8 +188,7 @@ class ExactSearch:
         heap = faiss.ResultHeap(len(Q), kq, keep_max=True)
         for lo in range(0, self.p.n, self.db_block):
             hi = min(self.p.n, lo + self.db_block)
-            tile = rows_f32(self.X, lo, hi)
-            release(self.X)
+            tile = read_rows(self.X, lo, hi)
             if self.p.gpu:
                 index = faiss.IndexFlatIP(self.p.dim)
                 index.add(tile)
@@ -246,7 +203,6 @@ class ExactSearch:
                 I = np.pad(I, ((0, 0), (0, kq - I.shape[1])), constant_values=-1)
             heap.add_result(np.ascontiguousarray(D), np.ascontiguousarray(I))
         heap.finalize()
-        release(self.X)
         return heap.D, heap.I
 
 
@@ -332,8 +288,7 @@ class IvfSearch:
         with Progress("knn add", p.n, "vectors", logger=log) as prog:
             for lo in range(0, p.n, step):
                 hi = min(p.n, lo + step)
-                self.index.add(rows_f32(X, lo, hi))
-                release(X)
+                self.index.add(read_rows(X, lo, hi))
                 prog.advance(hi - lo)
 
     def _set_nprobe(self, nprobe: int):
@@ -358,7 +313,7 @@ def make_searcher(X: np.ndarray, p: Plan, cfg: KnnConfig, work: "WorkDir | None"
 
 def search_block(searcher, X: np.ndarray, lo: int, hi: int, kq: int):
     """(D float32, I int32) of the kq best rows for queries lo..hi (the query itself included)."""
-    D, I = searcher.search(rows_f32(X, lo, hi), kq)
+    D, I = searcher.search(read_rows(X, lo, hi), kq)
     return np.asarray(D, np.float32), np.asarray(I).astype(np.int32)
 
 
@@ -393,8 +348,7 @@ def exact_topk(X: np.ndarray, rows: np.ndarray, kq: int, progress: Progress | No
     bestI = np.zeros((len(rows), 0), np.int64)
     for lo in range(0, n, tile):
         hi = min(n, lo + tile)
-        S = Q @ rows_f32(X, lo, hi).T
-        release(X)
+        S = Q @ read_rows(X, lo, hi).T
         if S.shape[1] > kq:
             part = np.argpartition(-S, kq - 1, axis=1)[:, :kq]
             S = np.take_along_axis(S, part, axis=1)
@@ -564,7 +518,6 @@ def run_knn(cfg: KnnConfig, layout: RunLayout, on_block: Callable[[int], None] |
             hi = min(p.n, lo + cfg.block_size)
             D, I = search_block(searcher, X, lo, hi, p.kq)
             work.save(lo, D, I)
-            release(X)
             prog.advance(hi - lo)
             if on_block:
                 on_block(lo)

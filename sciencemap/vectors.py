@@ -42,29 +42,61 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
     return X / np.where(n > 0, n, 1.0)
 
 
+def _store_file(X: np.ndarray) -> str | None:
+    """The file behind X when X is a whole memory-mapped .npy matrix (a slice of a memmap keeps
+    its parent's offset, so only the whole matrix may be read by file position)."""
+    fn = getattr(X, "filename", None)
+    if isinstance(X, np.memmap) and fn and X.ndim == 2 and X.flags.c_contiguous \
+            and os.path.getsize(fn) == X.offset + X.nbytes:
+        return fn
+    return None
+
+
+def _pread_exact(fd: int, view: memoryview, pos: int, fn: str) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], pos + got)
+        if n <= 0:
+            raise UserError(f"{fn} ends early; re-run the knn stage (it rebuilds the vector store)")
+        got += n
+
+
 def read_rows(X: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Rows lo..hi of X as a new float32 array. For a memory-mapped .npy the rows are read from
-    the file (pread), so the pages are not mapped into this process."""
+    """Rows lo..hi of X as a new float32 array. From the vector store's memory map they are read
+    from the file (pread), so the pages are not mapped into this process (its RSS counts them)."""
     lo, hi = int(lo), int(max(lo, hi))
-    if isinstance(X, np.memmap) and getattr(X, "filename", None) and X.flags.c_contiguous and X.ndim == 2:
-        row_bytes = X.shape[1] * X.dtype.itemsize
-        out = np.empty((hi - lo, X.shape[1]), X.dtype)
-        if out.size == 0:
-            return out.astype(np.float32)
-        fd = os.open(X.filename, os.O_RDONLY)
+    fn = _store_file(X)
+    if fn is None:
+        return np.array(X[lo:hi], dtype=np.float32)
+    out = np.empty((hi - lo, X.shape[1]), X.dtype)
+    if out.size:
+        fd = os.open(fn, os.O_RDONLY)
         try:
-            view, pos, end = memoryview(out).cast("B"), X.offset + lo * row_bytes, (hi - lo) * row_bytes
-            got = 0
-            while got < end:
-                n = os.preadv(fd, [view[got:]], pos + got)
-                if n <= 0:
-                    raise UserError(f"{X.filename} ends before row {hi}; re-run the knn stage (it rebuilds the vector store)")
-                got += n
+            _pread_exact(fd, memoryview(out).cast("B"), X.offset + lo * X.shape[1] * X.dtype.itemsize, fn)
         finally:
             os.close(fd)
-        return out if out.dtype == np.float32 else out.astype(np.float32)
-    return np.array(X[lo:hi], dtype=np.float32)
+    return out.astype(np.float32, copy=False)
 
+
+def take_rows(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows idx (any order, repeats allowed) of X as float32, read like read_rows: a few thousand
+    scattered rows through the map would map most of the file (the kernel maps 64 KB around each
+    faulting page)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    fn = _store_file(X)
+    if fn is None or len(idx) == 0:
+        return np.asarray(X[idx], dtype=np.float32).reshape(len(idx), X.shape[1])
+    uniq, inverse = np.unique(idx, return_inverse=True)   # sorted: file order, each row read once
+    buf = np.empty((len(uniq), X.shape[1]), X.dtype)
+    mv = memoryview(buf).cast("B")
+    rb = buf.shape[1] * buf.itemsize
+    fd = os.open(fn, os.O_RDONLY)
+    try:
+        for j, r in enumerate(uniq.tolist()):
+            _pread_exact(fd, mv[j * rb:(j + 1) * rb], X.offset + r * rb, fn)
+    finally:
+        os.close(fd)
+    return buf[inverse.ravel()].astype(np.float32, copy=False)
 
 
 @dataclass

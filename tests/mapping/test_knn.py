@@ -219,7 +219,7 @@ def test_gpu_require_fails_loudly_without_one(tmp_path, make_run):
 
 
 def test_take_rows_reads_the_store_without_mapping_it(tmp_path, make_run):
-    from mapping.knn import take_rows
+    from sciencemap.vectors import take_rows
 
     layout, _ = make_run(tmp_path / "r", n_clusters=3, per=50, dim=12)
     for dtype in ("float32", "float16"):
