@@ -82,7 +82,7 @@ def cpu_section(args) -> None:
     precisions = ["float32"] + (["bfloat16"] if auto == "bfloat16" else [])
     compiled, compile_s = {}, {}
     for prec in precisions:
-        compiled[prec] = CompiledForward(enc.model)
+        compiled[prec] = CompiledForward(enc.model, enc.pooling)
         t0 = time.perf_counter()
         embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, prec, forward=compiled[prec])
         compile_s[prec] = time.perf_counter() - t0
@@ -157,7 +157,7 @@ def gpu_section(args, simulate: bool = False) -> None:
     bs = args.gpu_batch_size
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     eager_rate = None
-    for mode, forward in (("eager", None), ("torch.compile", CompiledForward(model))):
+    for mode, forward in (("eager", None), ("torch.compile", CompiledForward(model, "mean"))):
         def once():
             embed_token_ids(enc, docs, bs, bs * seq, "bfloat16", forward=forward)
             if dev.type == "cuda":

@@ -49,13 +49,21 @@ class TrainConfig:
 class EmbedConfig:
     model: str = setting("", "'' = the run's trained model (<run>/model); or 'minilm' / a path")
     pooling: str = setting("", "'' = the pooling recorded with the model (else mean)", choices=("", *POOLINGS))
-    batch_size: int = setting(128, "most documents per batch")
-    max_tokens: int = setting(8192, "most padded tokens per batch (token budget); 0 = no budget")
-    max_length: int = setting(128, "tokens per paper (longer texts are cut)")
-    dtype: str = setting("float32", "stored vectors", choices=EMBEDDING_DTYPES)
+    batch_size: int = setting(0, "most documents per batch; 0 = by device (128 on a CPU, 4096 on CUDA)")
+    max_tokens: int = setting(0, "most padded tokens per batch (the token budget); 0 = by device (8192 on a "
+                              "CPU; on CUDA sized from the free GPU memory)")
+    max_length: int = setting(0, "tokens per paper (longer texts are cut); 0 = the model's training length "
+                              "(its model card), else 256 (the training default)")
+    dtype: str = setting("float32", "stored vectors (float16 halves the shards; the next stages read both)",
+                         choices=EMBEDDING_DTYPES)
     precision: str = setting("auto", "compute precision: auto = bf16 on CUDA and on CPUs with native bf16", choices=PRECISIONS)
     shard_size: int = setting(10000, "input rows per output shard (the unit of resume and of rank assignment)")
+    chunk_rows: int = setting(0, "input rows per feed work unit (bucketed by length inside it); 0 = by device "
+                              "(the whole shard on a CPU, 1024 on CUDA)")
+    workers: int = setting(-1, "feed processes that read, tokenize, bucket and pad ahead of the model; 0 = one "
+                           "thread; -1 = by device (0 on a CPU, cores per rank - 2 on CUDA, at most 12)")
     device: str = setting("auto", "auto, cpu or cuda")
     threads: int = setting(0, "CPU threads per process; 0 = torch's default (cores / ranks under torchrun)")
-    compile: str = setting("auto", "torch.compile the forward (auto: on a CPU when >= 5M tokens to embed)", choices=COMPILE_MODES)
+    compile: str = setting("auto", "torch.compile the forward (auto: on CUDA from 20M tokens to embed, on a CPU "
+                           "from 5M)", choices=COMPILE_MODES)
     restart: bool = setting(False, "discard existing shards instead of resuming")

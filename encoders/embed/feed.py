@@ -1,22 +1,36 @@
-"""What the embed stage feeds the model: the papers table, streamed one shard at a time.
+"""What the embed stage feeds the model: the papers table, streamed chunk by chunk, read, tokenized,
+bucketed by length and padded into batches ahead of the forward.
 
 The table is never held in memory. Shard k is the contiguous input rows
 [k * shard_size, (k + 1) * shard_size) in input order (files sorted by name, rows in file order),
 so the assignment is global and deterministic without a sort: a resumed run or another rank
 computes the same shards. A paper appears in exactly one shard; duplicates of an earlier paper_id
 are dropped (first row wins), found by one streamed pass over the paper_id column.
+
+A shard is prepared in chunks of `chunk_rows` rows (the unit of work of a feed worker). Inside a
+chunk the documents are sorted by token length and cut into batches of at most `batch_size`
+documents and `max_tokens` padded tokens, so that padding stays small; each batch carries the
+positions of its documents in the chunk, so the vectors go back into input order on the device.
+The feed runs ahead of the forward, in a thread (workers=0: the tokenizer's own threads do the
+tokenizing) or in `workers` processes (a torch DataLoader: chunks come back in order, pinned for
+non-blocking copies to the GPU).
 """
 from __future__ import annotations
 
 import hashlib
-import json
+import os
+import queue
+import threading
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from sciencemap.runtime import UserError
 from sciencemap.storage import require_table, table_files
@@ -66,6 +80,10 @@ class InputPlan:
             return pa.table({c: pa.array([], pa.string()) for c in columns})
         return pa.concat_tables(parts, promote_options="permissive")
 
+    def dups_in(self, lo: int, hi: int) -> set[int]:
+        d = self.dup_rows
+        return set(d[np.searchsorted(d, lo):np.searchsorted(d, hi)].tolist())
+
 
 def _id_hashes(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two independent 64-bit hashes per id (nulls hash to 0 and are flagged)."""
@@ -111,34 +129,122 @@ def plan_input(path: Path) -> InputPlan:
     return plan
 
 
+# ---------------------------------------------------------------- batches
+
+def token_budget_batches(lengths, batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Indexes ordered longest first (ties by index), cut so that each batch has at most
+    batch_size documents and at most max_tokens padded tokens (count x its longest); a single
+    document longer than the budget still gets its own batch. max_tokens 0 = no token budget."""
+    lengths = np.asarray(lengths, np.int64)
+    order = np.lexsort((np.arange(len(lengths)), -lengths)).tolist()
+    batches, cur, width = [], [], 0
+    for i in order:
+        if cur and (len(cur) >= batch_size or (max_tokens and (len(cur) + 1) * width > max_tokens)):
+            batches.append(cur)
+            cur = []
+        if not cur:
+            width = int(lengths[i])   # the first of a batch is its longest
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
 @dataclass
-class ShardWork:
-    """One shard's papers, ready for the model."""
+class Batch:
+    """Padded token ids of some of a chunk's documents, and where they go in the chunk."""
+
+    positions: torch.Tensor       # int64 (n,): the documents' places among the chunk's kept papers
+    input_ids: torch.Tensor       # int64 (n, width)
+    attention_mask: torch.Tensor  # int64 (n, width)
+    tokens: int                   # real (unpadded) tokens
+
+    def pin_memory(self) -> "Batch":
+        return Batch(self.positions.pin_memory(), self.input_ids.pin_memory(),
+                     self.attention_mask.pin_memory(), self.tokens)
+
+    def to(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The model's inputs and the positions on `device`; non-blocking from pinned memory."""
+        nb = self.input_ids.is_pinned()
+        return {"positions": self.positions.to(device, non_blocking=nb),
+                "input_ids": self.input_ids.to(device, non_blocking=nb),
+                "attention_mask": self.attention_mask.to(device, non_blocking=nb)}
+
+
+def pad_batch(token_ids: list[list[int]], idx: list[int], pad_id: int, multiple: int = 1) -> Batch:
+    """Documents `idx` padded to the batch's longest (rounded up to `multiple`), in one fill."""
+    lengths = np.fromiter((len(token_ids[i]) for i in idx), np.int64, len(idx))
+    width = int(lengths.max())
+    width = -(-width // multiple) * multiple
+    ids = np.full((len(idx), width), pad_id, np.int64)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    ids[mask] = np.fromiter(chain.from_iterable(token_ids[i] for i in idx), np.int64, int(lengths.sum()))
+    return Batch(torch.as_tensor(np.asarray(idx, np.int64)), torch.from_numpy(ids),
+                 torch.from_numpy(mask.astype(np.int64)), int(lengths.sum()))
+
+
+# ---------------------------------------------------------------- chunks
+
+@dataclass
+class FeedSpec:
+    """What a feed worker needs (picklable): the input, the tokenizer and the batch shape."""
+
+    plan: InputPlan
+    tokenizer: object
+    max_length: int
+    sep: str
+    shard_size: int
+    chunk_rows: int
+    batch_size: int
+    max_tokens: int
+    pad_multiple: int = 1
+
+    def chunks(self, shards: list[int]) -> list[tuple[int, int, int, bool]]:
+        """(shard, lo, hi, last chunk of its shard) for every chunk of `shards`, in order."""
+        out = []
+        for k in shards:
+            lo, hi = self.plan.shard_rows(k, self.shard_size)
+            starts = list(range(lo, hi, self.chunk_rows)) or [lo]
+            for s in starts:
+                out.append((k, s, min(hi, s + self.chunk_rows), s == starts[-1]))
+        return out
+
+
+@dataclass
+class Chunk:
+    """Rows [lo, hi) of shard k: the kept papers, the skipped rows, the batches."""
 
     k: int
     lo: int
     hi: int
+    last: bool                     # the shard's last chunk
     ids: list[str]                 # kept papers, input order
-    token_ids: list[list[int]]
     skipped: list[dict]            # {"row", "paper_id", "reason"} per dropped row
-    content_sha256: str            # over the kept rows' (paper_id, title, abstract) as read
+    row_hashes: np.ndarray         # uint64 (kept papers, 4): hashes of paper_id, title, abstract, nulls
+    batches: list[Batch]
+    tokens: int                    # real tokens
+    padded_tokens: int
 
-    @property
-    def tokens(self) -> int:
-        return sum(len(x) for x in self.token_ids)
+    def pin_memory(self) -> "Chunk":   # called by the DataLoader's pinning thread
+        self.batches = [b.pin_memory() for b in self.batches]
+        return self
 
 
-def prepare_shard(plan: InputPlan, enc, k: int, shard_size: int) -> ShardWork:
-    """Read shard k's rows, drop those that cannot be embedded (null or repeated paper_id, no
-    text: None, NaN and blank titles/abstracts count as missing) and tokenize the rest with `enc`."""
-    lo, hi = plan.shard_rows(k, shard_size)
-    t = plan.read_rows(lo, hi, PAPER_COLUMNS)
+def _column_hashes(values: list, key: str) -> np.ndarray:
+    obj = np.empty(len(values), object)
+    obj[:] = ["" if v is None else str(v) for v in values]
+    return pd.util.hash_array(obj, categorize=False, hash_key=key).astype(np.uint64)
+
+
+def read_chunk(spec: FeedSpec, lo: int, hi: int) -> tuple[list[str], list[str], list[dict], np.ndarray]:
+    """Rows [lo, hi): kept ids, their texts, the skipped rows with a reason, and per-row hashes of
+    the kept rows' content as read (the shard's content hash; vectorised, no per-paper digest)."""
+    t = spec.plan.read_rows(lo, hi, PAPER_COLUMNS)
     pids, titles, abstracts = (t[c].to_pylist() for c in PAPER_COLUMNS)
-    dups = set(plan.dup_rows[np.searchsorted(plan.dup_rows, lo):np.searchsorted(plan.dup_rows, hi)].tolist())
-    ids, texts, skipped = [], [], []
-    h = hashlib.sha256()
+    dups = spec.plan.dups_in(lo, hi)
+    ids, texts, skipped, kept = [], [], [], []
     for i, (pid, ti, ab) in enumerate(zip(pids, titles, abstracts)):
-        text = paper_text(ti, ab, enc.sep)
+        text = paper_text(ti, ab, spec.sep)
         if pid is None:
             skipped.append({"row": lo + i, "paper_id": None, "reason": "null paper_id"})
         elif lo + i in dups:
@@ -148,5 +254,118 @@ def prepare_shard(plan: InputPlan, enc, k: int, shard_size: int) -> ShardWork:
         else:
             ids.append(pid)
             texts.append(text)
-            h.update(json.dumps([pid, ti, ab]).encode())
-    return ShardWork(k, lo, hi, ids, enc.token_ids(texts), skipped, h.hexdigest())
+            kept.append(i)
+    pick = lambda col: [col[i] for i in kept]  # noqa: E731
+    nulls = np.array([(titles[i] is None) + 2 * (abstracts[i] is None) for i in kept], np.uint64)
+    hashes = np.stack([_column_hashes(ids, "sciencemap-row-p"), _column_hashes(pick(titles), "sciencemap-row-t"),
+                       _column_hashes(pick(abstracts), "sciencemap-row-a"), nulls], axis=1) if kept \
+        else np.zeros((0, 4), np.uint64)
+    return ids, texts, skipped, hashes
+
+
+def tokenize(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, truncated to max_length, unpadded (one fast-tokenizer call)."""
+    if not texts:
+        return []
+    return tokenizer(texts, truncation=True, max_length=max_length, padding=False,
+                     return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+
+def prepare_chunk(spec: FeedSpec, k: int, lo: int, hi: int, last: bool) -> Chunk:
+    """Read, filter, tokenize, bucket by length and pad rows [lo, hi) of shard k."""
+    ids, texts, skipped, hashes = read_chunk(spec, lo, hi)
+    token_ids = tokenize(spec.tokenizer, texts, spec.max_length)
+    lengths = [len(x) for x in token_ids]
+    pad_id = spec.tokenizer.pad_token_id or 0
+    batches = [pad_batch(token_ids, idx, pad_id, spec.pad_multiple)
+               for idx in token_budget_batches(lengths, spec.batch_size, spec.max_tokens)]
+    return Chunk(k, lo, hi, last, ids, skipped, hashes, batches, sum(lengths),
+                 sum(int(b.input_ids.numel()) for b in batches))
+
+
+class _ChunkDataset(torch.utils.data.Dataset):
+    def __init__(self, spec: FeedSpec, chunks: list[tuple[int, int, int, bool]]):
+        self.spec, self.items = spec, chunks
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Chunk:
+        return prepare_chunk(self.spec, *self.items[i])
+
+
+def _worker_init(_: int) -> None:
+    # One process per core: the tokenizer's own thread pool in every worker would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    torch.set_num_threads(1)
+
+
+class _ReadAhead:
+    """Items of an iterable produced by a thread, at most `depth` ahead of the consumer."""
+
+    _END = object()
+
+    def __init__(self, items, depth: int):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, args=(items,), daemon=True, name="embed-feed")
+        self.t.start()
+
+    def _run(self, items) -> None:
+        try:
+            for x in items:
+                while not self.stop.is_set():
+                    try:
+                        self.q.put(x, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stop.is_set():
+                    return
+            self.q.put(self._END)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+            self.q.put(e)
+
+    def __iter__(self):
+        while True:
+            x = self.q.get()
+            if x is self._END:
+                return
+            if isinstance(x, BaseException):
+                raise x
+            yield x
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+def feed_chunks(spec: FeedSpec, shards: list[int], workers: int, pin: bool,
+                prefetch: int = 4) -> Iterator[Chunk]:
+    """Every chunk of `shards`, in order, prepared ahead of the consumer: by `workers` processes
+    (DataLoader; pinned when `pin`), or with workers=0 by one thread (the tokenizer's own threads
+    parallelise the tokenizing), `prefetch` chunks ahead."""
+    items = spec.chunks(shards)
+    if not items:
+        return iter(())
+    if workers > 0:
+        loader = torch.utils.data.DataLoader(
+            _ChunkDataset(spec, items), batch_size=None, shuffle=False, num_workers=workers,
+            prefetch_factor=prefetch, pin_memory=pin, worker_init_fn=_worker_init,
+            multiprocessing_context="fork" if os.name == "posix" else None)
+        source = iter(loader)
+        stop = getattr(source, "_shutdown_workers", lambda: None)
+    else:
+        def produce():
+            for it in items:
+                c = prepare_chunk(spec, *it)
+                yield c.pin_memory() if pin else c
+
+        source = _ReadAhead(produce(), depth=prefetch)
+        stop = source.close
+
+    def consume():
+        try:
+            yield from source
+        finally:
+            stop()   # also when the consumer stops early (an error, a crash hook)
+    return consume()

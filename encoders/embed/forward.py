@@ -1,70 +1,71 @@
-"""The embed stage's forward: pre-tokenized texts through the model into pooled vectors.
+"""The embed stage's forward: padded batches (encoders.embed.feed) through the model into pooled
+vectors that stay on the device until a whole chunk is done.
 
-Texts are ordered by token length and cut into batches of at most `batch_size` documents and
-`max_tokens` padded tokens, so little compute goes to padding; the vectors come back in input
-order. The model call is eager or torch.compile'd (CompiledForward), chosen by how many tokens
-the pass has to embed.
+No host-device synchronisation inside the loop: each batch carries its documents' positions in the
+chunk, copied with the batch (non-blocking from pinned memory), and the pooled vectors are placed
+with index_copy_ on the device. The model call is eager or torch.compile'd (CompiledForward), the
+pooling inside the call so that the compiler fuses it; which one is chosen by device and by how many
+tokens the pass has to embed.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
 from encoders.config import COMPILE_MODES
+from encoders.embed.feed import Batch, pad_batch, token_budget_batches, tokenize
 from encoders.model import pool, resolve_precision
 from sciencemap.runtime import UserError, say
 
-# compile "auto": on a CPU, compile when this process has at least this many tokens to embed
-# (estimated from its first shard). On 2 cores the first compile takes 10-20 s and then saves
+# compile "auto" on a CPU: compile when this process has at least this many tokens to embed
+# (estimated from its first chunk). On 2 cores the first compile takes 10-20 s and then saves
 # enough to pay for itself after ~0.3M (float32) to ~1.6M (bf16, title-only) tokens
 # (bench/embed_throughput.py; jobs/embed.py on eLife); a margin of 3x keeps auto on the safe side.
 COMPILE_MIN_TOKENS = 5_000_000
+# On CUDA the compiled forward is the default (1.83M vs 1.59M tokens/s for BERT-base on an H100,
+# issue 14); only a pass too small to repay a compile of tens of seconds stays eager.
+COMPILE_MIN_TOKENS_CUDA = 20_000_000
 
 
-def token_budget_batches(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
-    """Indexes ordered longest first (ties by index), cut so that each batch has at most
-    batch_size documents and at most max_tokens padded tokens (count x its longest); a single
-    document longer than the budget still gets its own batch."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches, cur = [], []
-    for i in order:
-        width = lengths[cur[0]] if cur else lengths[i]   # the first is the longest
-        if cur and (len(cur) >= batch_size or (max_tokens and (len(cur) + 1) * width > max_tokens)):
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
+class PooledForward(torch.nn.Module):
+    """(input_ids, attention_mask) -> pooled float32 vectors: the model and its pooling in one call."""
+
+    def __init__(self, model: torch.nn.Module, pooling: str):
+        super().__init__()
+        self.model, self.pooling = model, pooling
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return pool(hidden, attention_mask, self.pooling)
 
 
 class CompiledForward:
-    """The encoder's inference forward through torch.compile (inductor, dynamic shapes, weights
-    frozen as constants: freezing is what pays on a CPU — oneDNN pre-packed weights and fused
-    element-wise ops; without it the gain is small). Same vectors as eager up to float rounding.
+    """PooledForward through torch.compile (inductor, dynamic shapes, weights frozen as constants:
+    freezing is what pays on a CPU — oneDNN pre-packed weights and fused element-wise ops; without
+    it the gain is small). Same vectors as eager up to float rounding.
 
     Batches of one document run eager: dynamic shapes specialise a size-1 dimension, so the first
     single-document batch would cost a second compile. If compiling fails (e.g. no C++ compiler
     for inductor's CPU kernels), the job logs why once and goes on eager."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, pooling: str):
         import torch._inductor.config as inductor_config
 
         inductor_config.freezing = True   # process-wide; embedding processes never train
-        self.eager = model
-        self.compiled = torch.compile(model, dynamic=True)
+        self.eager = PooledForward(model, pooling)
+        self.compiled = torch.compile(self.eager, dynamic=True)
         self.failed: str | None = None
 
-    def __call__(self, **batch):
-        if self.failed is None and batch["input_ids"].shape[0] > 1:
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.failed is None and input_ids.shape[0] > 1:
             try:
-                return self.compiled(**batch)
+                return self.compiled(input_ids, attention_mask)
             except Exception as e:  # noqa: BLE001 - any compile failure: fall back, said once
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
                 say(f"embed: torch.compile failed ({self.failed}); embedding without it")
-        return self.eager(**batch)
+        return self.eager(input_ids, attention_mask)
 
 
 def check_compile_mode(compile_mode: str) -> None:
@@ -73,13 +74,13 @@ def check_compile_mode(compile_mode: str) -> None:
 
 
 def inference_forward(enc, compile_mode: str, n_tokens: int) -> Callable:
-    """The forward an embedding pass of about n_tokens (unpadded) should use: enc.model, or a
-    CompiledForward of it."""
+    """The forward an embedding pass of about n_tokens (unpadded) should use: a PooledForward of
+    enc.model, or a CompiledForward of it (compile "auto": on CUDA from COMPILE_MIN_TOKENS_CUDA
+    tokens, on a CPU from COMPILE_MIN_TOKENS)."""
     check_compile_mode(compile_mode)
-    # auto stays eager on CUDA until the GPU gain is measured (bench/embed_throughput.py GPU section).
-    use = compile_mode == "on" or (compile_mode == "auto" and enc.device.type == "cpu"
-                                   and n_tokens >= COMPILE_MIN_TOKENS)
-    return CompiledForward(enc.model) if use else enc.model
+    least = COMPILE_MIN_TOKENS_CUDA if enc.device.type == "cuda" else COMPILE_MIN_TOKENS
+    use = compile_mode == "on" or (compile_mode == "auto" and n_tokens >= least)
+    return CompiledForward(enc.model, enc.pooling) if use else PooledForward(enc.model, enc.pooling)
 
 
 def compile_outcome(forward: Callable) -> dict:
@@ -89,23 +90,35 @@ def compile_outcome(forward: Callable) -> dict:
             "compile_failed": forward.failed if compiled else None}
 
 
+def embed_batches(forward: Callable, batches: Iterable[Batch], n_docs: int, dim: int, device: torch.device,
+                  on_batch: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """Pooled float32 vectors (n_docs x dim, on `device`) of a chunk's batches, placed by each
+    batch's positions. Call under inference_mode and the precision's autocast. Nothing here waits
+    for the device: the caller copies the result back when it needs it."""
+    out = torch.empty((n_docs, dim), dtype=torch.float32, device=device)
+    for b in batches:
+        t = b.to(device)
+        out.index_copy_(0, t["positions"], forward(t["input_ids"], t["attention_mask"]))
+        if on_batch is not None:
+            on_batch(len(b.positions), b.tokens)
+    return out
+
+
 def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens: int,
                     precision: str, on_batch: Callable[[int, int], None] | None = None,
-                    forward: Callable | None = None) -> torch.Tensor:
-    """Pooled float32 vectors (on the encoder's device) for pre-tokenized texts, in input order.
-    `forward`: the model call to use (default enc.model; see inference_forward).
-    `on_batch(docs, tokens)` runs after each batch (progress)."""
-    out = torch.empty((len(token_ids), enc.dim), dtype=torch.float32, device=enc.device)
+                    forward: Callable | None = None, pad_multiple: int = 1) -> torch.Tensor:
+    """Pooled float32 vectors (on the encoder's device) for pre-tokenized texts, in input order,
+    in token-budget batches sorted by length. `forward`: the call to use (default: eager,
+    see inference_forward). `on_batch(docs, tokens)` runs after each batch (progress)."""
+    forward = forward or PooledForward(enc.model, enc.pooling)
+    pad_id = enc.tokenizer.pad_token_id or 0
+    pin = enc.device.type == "cuda"
     lengths = [len(x) for x in token_ids]
-    forward = forward or enc.model
+    batches = (pad_batch(token_ids, idx, pad_id, pad_multiple)
+               for idx in token_budget_batches(lengths, batch_size, max_tokens))
+    batches = (b.pin_memory() if pin else b for b in batches)
     with torch.inference_mode(), enc.inference_autocast(precision):
-        for idx in token_budget_batches(lengths, batch_size, max_tokens):
-            batch = enc.pad([token_ids[i] for i in idx])
-            hidden = forward(**batch).last_hidden_state
-            out[torch.tensor(idx, device=enc.device)] = pool(hidden, batch["attention_mask"], enc.pooling)
-            if on_batch is not None:
-                on_batch(len(idx), sum(lengths[i] for i in idx))
-    return out
+        return embed_batches(forward, batches, len(token_ids), enc.dim, enc.device, on_batch)
 
 
 def embed_texts(enc, texts: list[str], batch_size: int = 128, max_tokens: int = 8192,
@@ -113,5 +126,5 @@ def embed_texts(enc, texts: list[str], batch_size: int = 128, max_tokens: int = 
     """This system's in-memory embedding path (the benchmark uses it): float32 vectors, input order."""
     enc.model.eval()
     prec = resolve_precision(precision, enc.device)
-    return embed_token_ids(enc, enc.token_ids(texts), batch_size, max_tokens, prec,
-                           forward=forward).cpu().numpy()
+    return embed_token_ids(enc, tokenize(enc.tokenizer, list(texts), enc.max_length), batch_size, max_tokens,
+                           prec, forward=forward).cpu().numpy()

@@ -2,28 +2,35 @@
 
 Rank 0 plans the input (feed.plan_input) and opens the output (shards.open_output: resume, refuse
 or start afresh) before the other ranks start; the plan and the manifest are broadcast. Each rank
-then embeds its shards — shard k goes to rank k mod WORLD_SIZE under torchrun — reading and
-tokenizing the next shard in a thread while the current one runs through the model, and writes
-its own shard files. After a barrier rank 0 finalises the manifest (gloo on CPU, nccl on CUDA).
+then embeds its shards — shard k goes to rank k mod WORLD_SIZE under torchrun — as a pipeline of
+three parts that overlap:
+
+    feed     chunks of rows read, tokenized, bucketed and padded ahead (a thread, or worker
+             processes on CUDA), pinned for non-blocking copies
+    forward  batch after batch queued on the device, vectors placed on the device; nothing waits
+             for the device inside the loop
+    writer   a thread that waits for a finished shard's copy back to the host and writes its file
+
+After a barrier rank 0 finalises the manifest (gloo on CPU, nccl on CUDA).
 """
 from __future__ import annotations
 
+import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
-from encoders.config import EmbedConfig
-from encoders.embed.feed import InputPlan, plan_input, prepare_shard
-from encoders.embed.forward import (check_compile_mode, compile_outcome, embed_token_ids,
-                                    inference_forward)
+from encoders.config import EmbedConfig, TrainConfig
+from encoders.embed.feed import Chunk, FeedSpec, InputPlan, feed_chunks, plan_input
+from encoders.embed.forward import check_compile_mode, compile_outcome, embed_batches, inference_forward
 from encoders.embed.shards import close_output, make_record, note_written, open_output, skips, write_shard
-from encoders.model import Encoder, load_encoder, model_hash, resolve_precision
-from sciencemap.contracts import EMBEDDING_DTYPES, EMBEDDINGS_FORMAT
+from encoders.model import Encoder, load_encoder, model_hash, resolve_model, resolve_precision
+from sciencemap.contracts import EMBEDDING_DTYPES, EMBEDDINGS_FORMAT, MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import Dist, UserError, init_dist, rss_mb, say
 
@@ -33,13 +40,21 @@ PROGRESS_SECONDS = 10.0
 # shards were all done waits for the others' whole share): far longer than torch's default.
 BARRIER_TIMEOUT_S = 48 * 3600
 
+# Defaults by device (EmbedConfig's 0 / -1 values).
+CPU_BATCH, CPU_MAX_TOKENS = 128, 8192          # measured on 2 cores (bench/embed_throughput.py)
+CUDA_BATCH, CUDA_CHUNK_ROWS = 4096, 1024
+CUDA_MAX_TOKENS_CAP = 65536                    # larger batches gain nothing once the GPU is full
+CUDA_MEMORY_SHARE = 0.4                        # of the free memory, for one batch's activations
+CUDA_PAD_MULTIPLE = 8                          # tensor-core friendly widths
+MAX_WORKERS = 12
+
 
 class Progress:
     """docs/s, tokens/s (real, unpadded tokens) and ETA over the input rows of this rank's shards."""
 
     def __init__(self, rows_todo: int, dist: Dist):
         self.rows_todo, self.dist = rows_todo, dist
-        self.rows = self.docs = self.tokens = 0
+        self.rows = self.docs = self.tokens = self.padded = 0
         self.t0 = self.last = time.perf_counter()
 
     def batch(self, docs: int, tokens: int) -> None:
@@ -58,14 +73,65 @@ class Progress:
     def report(self, final: bool = False) -> None:
         self.last = time.perf_counter()
         s = self.seconds
-        # Embedded docs count within the shard in progress too (rows only move when a shard ends);
-        # skipped rows are few, so docs stand in for rows.
+        # Queued docs count within the shard in progress too (rows only move when a shard is
+        # written); skipped rows are few, so docs stand in for rows.
         done = max(self.rows, self.docs)
         eta = (self.rows_todo - done) * s / done if done else float("nan")
+        pad = f", padding {self.padded / self.tokens:.3f}x" if self.tokens else ""
         say("embed: " + ("done, " if final else "") + f"{self.docs} docs ({self.rows}/{self.rows_todo} "
-            f"input rows) in {s:.1f}s: {self.docs / s:.1f} docs/s, {self.tokens / s:.0f} tokens/s"
+            f"input rows) in {s:.1f}s: {self.docs / s:.1f} docs/s, {self.tokens / s:.0f} tokens/s{pad}"
             + ("" if final else f", ETA {eta:.0f}s") + f", peak RSS {rss_mb():.0f} MB",
             self.dist.rank, self.dist.world)
+
+
+@dataclass
+class FeedShape:
+    """The resolved batch shape and feed of this process (EmbedConfig's by-device defaults filled)."""
+
+    batch_size: int
+    max_tokens: int
+    chunk_rows: int
+    workers: int
+    pad_multiple: int
+
+
+def training_length(spec: str) -> int:
+    """max_length 0: the length the model was trained with (our model card), else the training default."""
+    card = resolve_model(spec) / MODEL_CARD
+    if card.is_file():
+        try:
+            n = json.loads(card.read_text()).get("max_length")
+            if isinstance(n, int) and n > 1:
+                return n
+        except (OSError, ValueError):
+            pass
+    return TrainConfig.max_length
+
+
+def cuda_token_budget(enc: Encoder) -> int:
+    """Padded tokens per batch that fit a share of the free GPU memory: an inference forward keeps
+    about two layers' activations alive (hidden, q/k/v, attention output, the feed-forward's
+    intermediate twice) in bf16, plus the float32 last hidden state for pooling."""
+    conf = enc.model.config
+    h = int(conf.hidden_size)
+    inter = int(getattr(conf, "intermediate_size", 4 * h) or 4 * h)
+    per_token = 2 * (6 * h + 2 * inter) * 2 + 4 * h
+    free, _ = torch.cuda.mem_get_info(enc.device)
+    budget = int(free * CUDA_MEMORY_SHARE / per_token)
+    budget = max(enc.max_length * 16, min(budget, CUDA_MAX_TOKENS_CAP))
+    return budget // CUDA_PAD_MULTIPLE * CUDA_PAD_MULTIPLE
+
+
+def feed_shape(cfg: EmbedConfig, enc: Encoder, dist: Dist) -> FeedShape:
+    cuda = enc.device.type == "cuda"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
+    cores = max(1, (os.cpu_count() or 1) // max(local, 1))
+    return FeedShape(
+        batch_size=cfg.batch_size or (CUDA_BATCH if cuda else CPU_BATCH),
+        max_tokens=cfg.max_tokens or (cuda_token_budget(enc) if cuda else CPU_MAX_TOKENS),
+        chunk_rows=cfg.chunk_rows or (CUDA_CHUNK_ROWS if cuda else cfg.shard_size),
+        workers=cfg.workers if cfg.workers >= 0 else (min(MAX_WORKERS, max(1, cores - 2)) if cuda else 0),
+        pad_multiple=CUDA_PAD_MULTIPLE if cuda else 1)
 
 
 def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
@@ -80,8 +146,11 @@ def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
 def _check(cfg: EmbedConfig) -> None:
     if cfg.dtype not in EMBEDDING_DTYPES:
         raise UserError(f"embed dtype {cfg.dtype!r} is unknown; use float32 or float16")
-    if cfg.batch_size < 1 or cfg.shard_size < 1 or cfg.max_tokens < 0:
-        raise UserError("embed batch_size and shard_size must be at least 1 and max_tokens at least 0")
+    if cfg.batch_size < 0 or cfg.shard_size < 1 or cfg.max_tokens < 0 or cfg.chunk_rows < 0 or cfg.max_length < 0:
+        raise UserError("embed shard_size must be at least 1, and batch_size, max_tokens, chunk_rows and "
+                        "max_length at least 0 (0 = by device / by model)")
+    if cfg.workers < -1:
+        raise UserError("embed workers must be -1 (by device), 0 (a thread) or a number of processes")
     check_compile_mode(cfg.compile)
 
 
@@ -106,14 +175,16 @@ def run_embed(cfg: EmbedConfig, layout: RunLayout,
     dist = init_dist(cfg.device, timeout_s=BARRIER_TIMEOUT_S)
     try:
         _set_threads(cfg, dist)
-        enc = encoder or load_encoder(_resolve_spec(cfg, layout), cfg.pooling or None, cfg.max_length, dist.device)
-        summary = _run(cfg, layout, enc, dist, after_shard, crash_after)
+        if encoder is None:
+            spec = _resolve_spec(cfg, layout)
+            encoder = load_encoder(spec, cfg.pooling or None, cfg.max_length or training_length(spec), dist.device)
+        summary = _run(cfg, layout, encoder, dist, after_shard, crash_after)
         return {**summary, "seconds": round(time.perf_counter() - t_start, 2)}
     finally:
         dist.close()
 
 
-def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision: str,
+def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision: str, shape: FeedShape,
                    dist: Dist) -> tuple[InputPlan, dict, set[int]]:
     """Rank 0 plans the input and opens the output; the others wait for its answer (or its error)."""
     answer = None
@@ -126,7 +197,8 @@ def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision:
                 "max_length": enc.max_length, "shard_size": cfg.shard_size,
                 "n_shards": plan.n_shards(cfg.shard_size), "input": plan.fingerprint, "world_size": dist.world,
             }
-            manifest, done = open_output(layout.embeddings_dir, expected, asdict(cfg), cfg.restart)
+            manifest, done = open_output(layout.embeddings_dir, expected, {**asdict(cfg), "resolved": asdict(shape)},
+                                         cfg.restart)
             answer = {"plan": plan, "manifest": manifest, "done": done}
         except UserError as e:
             answer = {"error": str(e)}
@@ -136,13 +208,60 @@ def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision:
     return answer["plan"], answer["manifest"], answer["done"]
 
 
+class ShardOutput:
+    """One shard's chunks as they come off the device: ids, skipped rows, content hashes, vectors
+    (device tensors until the shard is complete)."""
+
+    def __init__(self, k: int, lo: int):
+        self.k, self.lo, self.hi = k, lo, lo
+        self.ids: list[str] = []
+        self.skipped: list[dict] = []
+        self.hashes: list[np.ndarray] = []
+        self.vectors: list[torch.Tensor] = []
+        self.tokens = 0
+
+    def add(self, chunk: Chunk, vectors: torch.Tensor) -> None:
+        self.hi = chunk.hi
+        self.ids += chunk.ids
+        self.skipped += chunk.skipped
+        self.hashes.append(chunk.row_hashes)
+        self.vectors.append(vectors)
+        self.tokens += chunk.tokens
+
+    def content_sha256(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(np.ascontiguousarray(np.concatenate(self.hashes)).tobytes()).hexdigest()
+
+    def to_host(self, dtype: str) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """The shard's vectors in the stored dtype, copied to (pinned) host memory without waiting;
+        the event, when there is one, is recorded after the copy (the writer waits on it)."""
+        dev = torch.cat(self.vectors) if len(self.vectors) != 1 else self.vectors[0]
+        dev = dev.to(getattr(torch, dtype))
+        self.vectors = []
+        if dev.device.type != "cuda":
+            return dev, None
+        host = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
+        host.copy_(dev, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return host, event
+
+
+def _write(out, k: int, ids: list[str], host: torch.Tensor, event, record: dict) -> None:
+    if event is not None:
+        event.synchronize()
+    write_shard(out, k, ids, host.numpy(), record)
+
+
 def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
          after_shard: Callable[[int, int], None] | None, crash_after: int) -> dict:
     rank, world = dist.rank, dist.world
     enc.model.eval()
     precision = resolve_precision(cfg.precision, enc.device)
+    shape = feed_shape(cfg, enc, dist)
     out = layout.embeddings_dir
-    plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, dist)
+    plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, shape, dist)
     n_shards, mhash = manifest["n_shards"], manifest["model_hash"]
 
     todo = [k for k in range(n_shards) if k % world == rank and k not in done]
@@ -151,38 +270,69 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         say(f"embed: {plan.n_rows} input rows ({len(plan.dup_rows)} duplicate ids), {n_shards} shards, "
             f"{len(done)} already done; {world} rank(s)", rank, world)
     say(f"embed: {len(todo)} shards ({rows_todo} rows) to embed on {enc.device} (dim {enc.dim}, "
-        f"{enc.pooling}, {precision} compute, {cfg.dtype} out, batches <= {cfg.batch_size} docs / "
-        f"{cfg.max_tokens or 'any'} tokens, {torch.get_num_threads()} threads)", rank, world)
+        f"{enc.pooling}, max_length {enc.max_length}, {precision} compute, {cfg.dtype} out, batches <= "
+        f"{shape.batch_size} docs / {shape.max_tokens} tokens, chunks of {shape.chunk_rows} rows, "
+        f"{shape.workers or 'no'} feed workers, {torch.get_num_threads()} threads)", rank, world)
 
+    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=enc.max_length, sep=enc.sep,
+                    shard_size=cfg.shard_size, chunk_rows=shape.chunk_rows, batch_size=shape.batch_size,
+                    max_tokens=shape.max_tokens, pad_multiple=shape.pad_multiple)
+    if shape.workers:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the workers are the parallelism
     progress = Progress(rows_todo, dist)
-    forward: Callable = enc.model
+    forward: Callable | None = None
     n_written = 0
     own: dict[int, dict] = {}
-    # Read + tokenize the next shard in a thread while this one runs through the model.
-    with ThreadPoolExecutor(max_workers=1) as reader:
-        future = reader.submit(prepare_shard, plan, enc, todo[0], cfg.shard_size) if todo else None
-        for j, k in enumerate(todo):
-            work = future.result()
-            if j == 0:   # the first shard tells how many tokens this rank has to embed
-                est = round(work.tokens / max(work.hi - work.lo, 1) * rows_todo)
-                forward = inference_forward(enc, cfg.compile, est)
-                say(f"embed: ~{est:,} tokens to embed: "
-                    f"{'torch.compile' if forward is not enc.model else 'eager'} forward "
-                    f"(compile {cfg.compile})", rank, world)
-            future = (reader.submit(prepare_shard, plan, enc, todo[j + 1], cfg.shard_size)
-                      if j + 1 < len(todo) else None)
-            vecs = embed_token_ids(enc, work.token_ids, cfg.batch_size, cfg.max_tokens, precision,
-                                   progress.batch, forward)
-            own[k] = make_record(work, mhash)
-            write_shard(out, k, work.ids, vecs.cpu().numpy().astype(np.dtype(cfg.dtype)), own[k])
-            progress.shard_done(work.hi - work.lo)
-            n_written += 1
-            if dist.main:  # only rank 0 writes the manifest: no races between ranks
-                note_written(out, manifest)
-            if after_shard is not None:
-                after_shard(k, n_written)
-            if crash_after and n_written >= crash_after and j + 1 < len(todo):
-                raise SystemExit(f"embed: stopping after {n_written} shards ({CRASH_ENV} test hook)")
+    current: ShardOutput | None = None
+    pending: tuple[Future, ShardOutput, dict] | None = None
+
+    def finish(p: tuple[Future, ShardOutput, dict]) -> None:
+        """After a shard's file is written: its bookkeeping, the hooks."""
+        nonlocal n_written
+        future, shard, record = p
+        future.result()
+        own[shard.k] = record
+        progress.shard_done(shard.hi - shard.lo)
+        n_written += 1
+        if dist.main:  # only rank 0 writes the manifest: no races between ranks
+            note_written(out, manifest)
+        if after_shard is not None:
+            after_shard(shard.k, n_written)
+        if crash_after and n_written >= crash_after and n_written < len(todo):
+            raise SystemExit(f"embed: stopping after {n_written} shards ({CRASH_ENV} test hook)")
+
+    chunks = feed_chunks(spec, todo, shape.workers, pin=enc.device.type == "cuda")
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer, \
+                torch.inference_mode(), enc.inference_autocast(precision):
+            for chunk in chunks:
+                if forward is None:   # the first chunk tells how many tokens this rank has to embed
+                    est = round(chunk.tokens / max(chunk.hi - chunk.lo, 1) * rows_todo)
+                    forward = inference_forward(enc, cfg.compile, est)
+                    say(f"embed: ~{est:,} tokens to embed: "
+                        f"{'torch.compile' if compile_outcome(forward)['compiled'] else 'eager'} forward "
+                        f"(compile {cfg.compile})", rank, world)
+                if current is None:
+                    current = ShardOutput(chunk.k, chunk.lo)
+                progress.padded += chunk.padded_tokens
+                current.add(chunk, embed_batches(forward, chunk.batches, len(chunk.ids), enc.dim,
+                                                 enc.device, progress.batch))
+                if not chunk.last:
+                    continue
+                host, event = current.to_host(cfg.dtype)
+                record = make_record(current.k, current.lo, current.hi, current.ids, current.skipped,
+                                     current.content_sha256(), current.tokens, mhash)
+                if pending is not None:   # the previous shard's write overlapped this shard's forward
+                    finish(pending)
+                pending = (writer.submit(_write, out, current.k, current.ids, host, event, record), current, record)
+                current = None
+            if pending is not None:
+                p, pending = pending, None
+                finish(p)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
     progress.report(final=True)
 
     dist.barrier()
@@ -195,7 +345,9 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
             "shards_resumed": len(done), "shards_this_rank": len(todo), "rank": rank, "world_size": world,
             "embedded_now": progress.docs, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,
-            "embed_seconds": round(s, 2), "precision": precision, **compile_outcome(forward),
+            "padding": round(progress.padded / progress.tokens, 4) if progress.tokens else None,
+            "embed_seconds": round(s, 2), "precision": precision, "max_length": enc.max_length,
+            **compile_outcome(forward), "feed": asdict(shape),
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
             "model_hash": mhash, "config": asdict(cfg)}

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from encoders.embed.feed import ShardWork
 from sciencemap.contracts import EMBEDDING_SHARD_META_KEY, EMBEDDINGS_MANIFEST, embeddings_schema
 from sciencemap.embeddings import read_manifest, shard_name
 from sciencemap.runtime import UserError
@@ -38,12 +37,13 @@ def shards_on_disk(out: Path) -> set[int]:
     return {k for k in map(shard_index, out.glob("part-*.parquet")) if k is not None}
 
 
-def make_record(work: ShardWork, model_hash: str) -> dict:
+def make_record(k: int, lo: int, hi: int, ids: list[str], skipped: list[dict], content_sha256: str,
+                tokens: int, model_hash: str) -> dict:
     """The record a shard file carries in its footer."""
-    return {"shard": work.k, "rows": [work.lo, work.hi], "papers": len(work.ids),
-            "model_hash": model_hash, "content_sha256": work.content_sha256, "tokens": work.tokens,
-            "skipped_by_reason": dict(Counter(s["reason"] for s in work.skipped)),
-            "skipped": work.skipped[:MAX_LISTED_SKIPS]}
+    return {"shard": k, "rows": [lo, hi], "papers": len(ids),
+            "model_hash": model_hash, "content_sha256": content_sha256, "tokens": tokens,
+            "skipped_by_reason": dict(Counter(s["reason"] for s in skipped)),
+            "skipped": skipped[:MAX_LISTED_SKIPS]}
 
 
 def write_shard(out: Path, k: int, ids: list[str], vectors: np.ndarray, record: dict) -> None:

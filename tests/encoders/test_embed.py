@@ -12,11 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
-from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, inference_forward,
-                            plan_input, prepare_shard, run_embed, token_budget_batches)
+from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, FeedSpec, PooledForward,
+                            inference_forward, pad_batch, plan_input, prepare_chunk, run_embed,
+                            token_budget_batches)
 from encoders.model import load_encoder, resolve_model
-from sciencemap.contracts import SCHEMAS
+from sciencemap.contracts import EMBEDDING_SHARD_META_KEY, SCHEMAS
 from sciencemap.embeddings import load_embeddings as read_embeddings
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
@@ -115,11 +117,74 @@ def test_missing_text_never_crashes_a_shard(tmp_path, enc):
         "abstract": pa.array([float("nan"), None, float("nan"), float("nan"), None], pa.float64()),
     }), d / "part-0.parquet")
     plan = plan_input(d)
-    work = prepare_shard(plan, enc, 0, shard_size=10)
-    assert work.ids == ["d", "e"]
-    assert [(s["paper_id"], s["reason"]) for s in work.skipped] == [
+    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=10, chunk_rows=10,
+                    batch_size=4, max_tokens=0)
+    chunk = prepare_chunk(spec, 0, 0, 5, True)
+    assert chunk.ids == ["d", "e"]
+    assert [(s["paper_id"], s["reason"]) for s in chunk.skipped] == [
         ("a", "no title and no abstract"), ("b", "no title and no abstract"), ("c", "no title and no abstract")]
-    assert work.token_ids == enc.token_ids(["Dopamine and reward", "Sleep spindles"])
+    assert unpadded(chunk) == enc.token_ids(["Dopamine and reward", "Sleep spindles"])
+
+
+def unpadded(chunk) -> list[list[int]]:
+    """The token ids of a chunk's kept papers in input order, read back from its padded batches."""
+    out = [None] * len(chunk.ids)
+    for b in chunk.batches:
+        for pos, ids, mask in zip(b.positions.tolist(), b.input_ids.tolist(), b.attention_mask.tolist()):
+            out[pos] = [t for t, m in zip(ids, mask) if m]
+    return out
+
+
+def test_chunks_bucket_by_length_and_keep_every_paper_once(make_run, records, enc):
+    """A shard in chunks of 4 rows: every kept paper in exactly one batch, batches sorted by length
+    inside their chunk and within the budget, widths rounded to the pad multiple."""
+    lay = make_run("chunks", papers(records))
+    plan = plan_input(lay.table("papers"))
+    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=7, chunk_rows=4,
+                    batch_size=3, max_tokens=64, pad_multiple=8)
+    items = spec.chunks([0, 1, 2])
+    assert [(k, lo, hi, last) for k, lo, hi, last in items] == [
+        (0, 0, 4, False), (0, 4, 7, True), (1, 7, 11, False), (1, 11, 14, True), (2, 14, 15, True)]
+    ids, texts = [], []
+    by_id = {r["paper_id"]: paper_text(r["title"], r["abstract"]) for r in records[:12]}
+    for it in items:
+        chunk = prepare_chunk(spec, *it)
+        assert sorted(i for b in chunk.batches for i in b.positions.tolist()) == list(range(len(chunk.ids)))
+        for b in chunk.batches:
+            assert b.input_ids.shape[1] % 8 == 0 and b.input_ids.shape[0] <= 3
+            lengths = b.attention_mask.sum(1).tolist()
+            assert lengths == sorted(lengths, reverse=True) and b.tokens == sum(lengths)
+            assert len(lengths) == 1 or len(lengths) * max(lengths) <= 64
+        assert unpadded(chunk) == enc.token_ids([by_id[i] for i in chunk.ids])
+        ids += chunk.ids
+    assert ids == expected_ids(records)
+    b = pad_batch([[5, 6, 7], [8]], [1, 0], pad_id=0, multiple=4)
+    assert b.input_ids.tolist() == [[8, 0, 0, 0], [5, 6, 7, 0]] and b.positions.tolist() == [1, 0]
+    assert b.attention_mask.tolist() == [[1, 0, 0, 0], [1, 1, 1, 0]] and b.tokens == 4
+
+
+def test_feed_workers_and_chunks_write_the_same_vectors(make_run, records, enc):
+    """Two feed processes (the CUDA default) write exactly what the in-process feed writes; chunks
+    smaller than a shard change only the batches (same papers, vectors within float rounding)."""
+    one = make_run("thread", papers(records))
+    run_embed(cfg(), one, encoder=enc)
+    procs = make_run("procs", papers(records))
+    s = run_embed(cfg(workers=2), procs, encoder=enc)
+    assert s["feed"]["workers"] == 2 and s["papers"] == 12
+    chunked = make_run("chunked", papers(records))
+    s = run_embed(cfg(chunk_rows=2, workers=2), chunked, encoder=enc)
+    assert s["feed"]["chunk_rows"] == 2 and s["skipped"] == 3
+    ids1, m1 = load_embeddings(one)
+    ids2, m2 = load_embeddings(procs)
+    ids3, m3 = load_embeddings(chunked)
+    assert ids1 == ids2 == ids3 == expected_ids(records)
+    assert np.array_equal(m1, m2)
+    np.testing.assert_allclose(m3, m1, atol=2e-5)
+    # the shards' footer records are the same whatever the feed
+    for k in range(5):
+        r1, r3 = (json.loads(pq.read_schema(x.embeddings_dir / f"part-{k:05d}.parquet").metadata[EMBEDDING_SHARD_META_KEY])
+                  for x in (one, chunked))
+        assert r1 == r3
 
 
 def test_embed_twice_identical_input_order_and_skips(make_run, records, enc):
@@ -230,7 +295,11 @@ def _free_port() -> int:
 
 def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc, repo_root):
     one = make_run("one", papers(records))
-    run_embed(cfg(), one, encoder=enc)
+    threads = torch.get_num_threads()
+    try:  # each rank below runs one thread; kernels split differently over 2 threads (1e-7 apart)
+        run_embed(cfg(threads=1), one, encoder=enc)
+    finally:
+        torch.set_num_threads(threads)
     two = make_run("two", papers(records))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            f"--master_port={_free_port()}", "jobs/embed.py", "--run-dir", str(two.root),
@@ -273,8 +342,8 @@ def test_compiled_forward_writes_the_same_vectors(make_run, records, enc):
     with batches of at most 4 include single-document batches, which run eager by design."""
     # auto: compile on a CPU only when the tokens to embed pay for it (compiling is lazy: no cost here)
     assert isinstance(inference_forward(enc, "auto", COMPILE_MIN_TOKENS), CompiledForward)
-    assert inference_forward(enc, "auto", COMPILE_MIN_TOKENS - 1) is enc.model
-    assert inference_forward(enc, "off", 10**12) is enc.model
+    assert type(inference_forward(enc, "auto", COMPILE_MIN_TOKENS - 1)) is PooledForward
+    assert type(inference_forward(enc, "off", 10**12)) is PooledForward
     eager = make_run("eager", papers(records))
     s0 = run_embed(cfg(), eager, encoder=enc)
     assert s0["compiled"] is False            # auto: a few hundred tokens do not pay for a compile
