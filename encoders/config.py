@@ -43,6 +43,11 @@ class TrainConfig:
     keep_final_checkpoint: bool = setting(False, "False: checkpoints are removed once the model is saved")
     resume: bool = setting(True, "continue from the newest matching checkpoint (--no-resume: delete them and start afresh)")
     device: str = setting("auto", "auto, cpu or cuda")
+    loader_workers: int = setting(-1, "processes that collate micro-batches from the tokenized triplets ahead of "
+                                  "the model; 0 = in the training process; -1 = by device (0 on a CPU, 4 on CUDA)")
+    compile: bool = setting(False, "torch.compile the model for training (opt-in: pays on long GPU runs)")
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: less memory "
+                                           "for large batches, about a third more compute")
 
 
 @dataclass

@@ -206,6 +206,21 @@ class Encoder:
             return np.zeros((0, self.dim), np.float32)
         return np.concatenate(parts).astype(np.float32, copy=False)
 
+    @torch.inference_mode()
+    def encode_ids(self, token_lists: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
+        """encode() for pre-tokenized texts: consecutive batches padded to their longest, so the
+        vectors are those encode() gives for the same texts."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            parts = [self.forward(self.pad(token_lists[i:i + batch_size])).cpu().numpy()
+                     for i in range(0, len(token_lists), batch_size)]
+        finally:
+            self.model.train(was_training)
+        if not parts:
+            return np.zeros((0, self.dim), np.float32)
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
 
 def load_encoder(spec: str | os.PathLike | None = DEFAULT_MODEL, pooling: str | None = None,
                  max_length: int = 128, device: str = "auto") -> Encoder:

@@ -48,7 +48,8 @@ from encoders.config import TrainConfig
 from encoders.export import plot_curve, save_model
 from encoders.model import Encoder, load_encoder
 from encoders.objectives import Objective, get_objective
-from encoders.objectives.triplet_table import data_digest, load_triplets
+from encoders.objectives.triplet_table import TripletTokens, open_tokens, prepare_tokens
+from encoders.train_feed import RankSampler, micro_batches, shard_order  # noqa: F401  (shard_order re-exported)
 
 # Settings that change the training trajectory whatever the objective: a checkpoint is only
 # resumed when they, the objective's own settings (Objective.fields), the data and the world size match.
@@ -70,19 +71,12 @@ def _check(cfg: TrainConfig) -> None:
         raise UserError(f"train setting lr={cfg.lr} must be positive")
 
 
-def shard_order(n: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> np.ndarray:
-    """This rank's triplet order in `epoch`: a seeded permutation, padded cyclically to a multiple
-    of `world` (as torch's DistributedSampler does) and dealt out round-robin."""
-    perm = np.random.default_rng([seed, epoch]).permutation(n)
-    per_rank = math.ceil(n / world)
-    return np.resize(perm, per_rank * world)[rank::world]
-
-
-def fingerprint(cfg: TrainConfig, objective: Objective, enc: Encoder, world: int, train: dict) -> str:
-    """Identifies a training trajectory: settings (the objective's included), base model, data, processes."""
+def fingerprint(cfg: TrainConfig, objective: Objective, enc: Encoder, world: int, data_digest: str) -> str:
+    """Identifies a training trajectory: settings (the objective's included), base model, data
+    (the train triplets and their order), processes."""
     return hashlib.sha256(json.dumps(
         [{k: getattr(cfg, k) for k in TRAJECTORY_FIELDS}, objective.settings(), str(enc.path), enc.max_length,
-         world, data_digest(train)], default=str).encode()).hexdigest()[:16]
+         world, data_digest], default=str).encode()).hexdigest()[:16]
 
 
 def read_log(path: Path) -> list[dict]:
@@ -104,6 +98,29 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         if p.requires_grad:
             (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _token_data(cfg: TrainConfig, layout: RunLayout, enc: Encoder, dist: Dist) -> TripletTokens:
+    """The run's triplets tokenized once (rank 0 builds or reuses them), memory-mapped on every rank."""
+    answer = None
+    if dist.main:
+        t0 = time.perf_counter()
+        try:
+            folder, built = prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max,
+                                           cfg.seed)
+            answer = {"folder": str(folder)}
+            say(f"train: {'tokenized' if built else 'reusing'} triplets in {folder} "
+                f"({time.perf_counter() - t0:.1f}s)")
+        except UserError as e:
+            answer = {"error": str(e)}
+    answer = dist.broadcast(answer)
+    if "error" in answer:
+        raise UserError(answer["error"])
+    return open_tokens(Path(answer["folder"]))
+
+
+def loader_workers(cfg: TrainConfig, device: torch.device) -> int:
+    return cfg.loader_workers if cfg.loader_workers >= 0 else (4 if device.type == "cuda" else 0)
 
 
 # ---------------------------------------------------------------- the job
@@ -130,29 +147,30 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
         if enc.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        train, val, counts = load_triplets(layout, enc.sep, cfg.val_max, cfg.seed)
-        n_train = len(train["a"])
+        data = _token_data(cfg, layout, enc, dist)
+        n_train = len(data.train["a"])
         if n_train == 0:
+            counts = data.counts
             raise UserError(f"no usable train triplets in {layout.table('triplets')} "
                             f"({counts['triplets_total']} rows, {counts['dropped_no_text']} without paper text); "
                             "run the importance stage on a corpus with resolved references")
-        return _train(cfg, objective, layout, enc, dist, train, val, counts, after_step, t_start,
+        return _train(cfg, objective, layout, enc, dist, data, after_step, t_start,
                       get_linear_schedule_with_warmup)
     finally:
         dist.close()
 
 
-def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encoder, dist: Dist, train: dict,
-           val: dict, counts: dict, after_step, t_start: float, make_schedule) -> dict:
-    n_train = len(train["a"])
+def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encoder, dist: Dist,
+           data: TripletTokens, after_step, t_start: float, make_schedule) -> dict:
+    n_train, counts = len(data.train["a"]), data.counts
     per_rank = math.ceil(n_train / dist.world)
     micro_per_epoch = math.ceil(per_rank / cfg.batch_size)
     steps_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
     total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    trajectory = fingerprint(cfg, objective, enc, dist.world, train)
+    trajectory = fingerprint(cfg, objective, enc, dist.world, data.digest)
     ckpt_dir = layout.checkpoints_dir
     if dist.main:
-        say(f"train: {n_train} train / {len(val['a'])} val triplets, {total} steps "
+        say(f"train: {n_train} train / {len(data.val['a'])} val triplets, {total} steps "
             f"({steps_per_epoch}/epoch) of {cfg.batch_size}x{cfg.grad_accum}x{dist.world} on {enc.device} "
             f"({enc.path.name}, pooling={enc.pooling}, max_length={enc.max_length}, objective={objective.name} "
             f"{json.dumps(objective.settings())})")
@@ -162,7 +180,11 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     pooler = getattr(model, "pooler", None)
     if isinstance(pooler, torch.nn.Module):
         pooler.requires_grad_(False)
-    opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
+    opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+                            **({"fused": True} if enc.device.type == "cuda" else {}))
     sched = make_schedule(opt, int(cfg.warmup_ratio * total), total)
 
     # Resume: rank 0 picks the checkpoint, every rank loads it.
@@ -209,6 +231,8 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             log_f.write(json.dumps(rec) + "\n")
             log_f.flush()
 
+    val = data.split_rows("val") if dist.main else None
+
     def validate(step: int) -> dict | None:
         res = None
         if dist.main:
@@ -219,42 +243,49 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
         dist.barrier()
         return res
 
-    orders: dict[int, np.ndarray] = {}
+    sampler = RankSampler(n_train, cfg.seed, dist.rank, dist.world)
+    workers = loader_workers(cfg, enc.device)
+    pad_id = enc.tokenizer.pad_token_id or 0
+    feed, feed_epoch = None, None
+    if cfg.compile:   # opt-in: the compiled model trains; `model` (the same parameters) is saved
+        train_enc = dataclasses.replace(train_enc, model=torch.compile(train_enc.model, dynamic=True))
     t0 = time.perf_counter()
-    window, window_t, losses = [], t0, []
+    # Step losses stay on the device (float64) until a log line: no synchronisation per step.
+    window, window_t, last_loss = [], t0, None
     try:
         if start == 0:
             validate(0)
         model.train()
         for step in range(start, total):
             epoch, j = divmod(step, steps_per_epoch)
-            if epoch not in orders:
-                orders = {epoch: shard_order(n_train, cfg.seed, epoch, dist.rank, dist.world)}
-            order = orders[epoch]
+            if feed_epoch != epoch:   # an epoch's micro-batches, from the resumed position on
+                feed = micro_batches(data, sampler, epoch, cfg.batch_size, j * cfg.grad_accum, pad_id, workers,
+                                     pin=enc.device.type == "cuda")
+                feed_epoch = epoch
             micro = range(j * cfg.grad_accum, min((j + 1) * cfg.grad_accum, micro_per_epoch))
             opt.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for k, m in enumerate(micro):
-                idx = order[m * cfg.batch_size:(m + 1) * cfg.batch_size]
+            step_loss = torch.zeros((), dtype=torch.float64, device=enc.device)
+            for k, _ in enumerate(micro):
+                batch = next(feed)
                 # Gradients are all-reduced once per optimizer step, on the last micro-batch.
                 sync = ddp.no_sync() if ddp is not None and k < len(micro) - 1 else contextlib.nullcontext()
                 with sync:
-                    loss = objective.batch_loss(train_enc, objective.batch(train, idx)) / len(micro)
+                    loss = objective.batch_loss(train_enc, batch) / len(micro)
                     loss.backward()
-                step_loss += float(loss.detach())
+                step_loss += loss.detach().double()
             if cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             lr = sched.get_last_lr()[0]
             opt.step()
             sched.step()
             done = step + 1
-            step_loss = dist.mean(step_loss)
             window.append(step_loss)
-            losses.append(step_loss)
+            last_loss = step_loss
             if done % cfg.log_every == 0 or done == total:
                 now = time.perf_counter()
+                step_losses = dist.mean_tensor(torch.stack(window)).tolist()   # the one sync of the window
                 rec = {"kind": "train", "step": done, "epoch": round(done / steps_per_epoch, 4),
-                       "loss": float(np.mean(window)), "lr": lr,
+                       "loss": float(np.mean(step_losses)), "lr": lr,
                        "seconds": round(seconds_before + now - t0, 3),
                        "seconds_per_step": round((now - window_t) / len(window), 4)}
                 write(rec)
@@ -304,7 +335,8 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             "resumed_from_step": start, "world_size": dist.world, "train_triplets": n_train,
             "objective": objective.name, "objective_settings": objective.settings(),
             "margin": cfg.margin, **counts,
-            "final_loss": losses[-1] if losses else (train_losses[-1] if train_losses else None),
+            "final_loss": (dist.mean_tensor(last_loss.reshape(1)).item() if last_loss is not None
+                           else (train_losses[-1] if train_losses else None)),
             "train_seconds": round(train_seconds, 2),
             "seconds_per_step": round(train_seconds / max(total - start, 1), 4),
             "val_before": val_before, "val_after": val_after,

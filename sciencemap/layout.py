@@ -81,5 +81,10 @@ class RunLayout:
         return self.root / "checkpoints"
 
     @property
+    def train_tokens_dir(self) -> Path:
+        """The training triplets tokenized once (encoders.objectives.triplet_table), cached by fingerprint."""
+        return self.root / "train_tokens"
+
+    @property
     def train_curve_png(self) -> Path:
         return self.root / "train_curve.png"

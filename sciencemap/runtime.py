@@ -100,6 +100,16 @@ class Dist:
         torch.distributed.all_reduce(t)
         return float(t.item()) / self.world
 
+    def mean_tensor(self, t):
+        """The ranks' mean of a tensor (on its own device: CUDA under nccl, CPU under gloo)."""
+        if self.world == 1:
+            return t
+        import torch
+
+        t = t.clone()
+        torch.distributed.all_reduce(t)
+        return t / self.world
+
     def gather(self, obj):
         if self.world == 1:
             return [obj]

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TripletBatch:
-    """One micro-batch of triplets: paper ids (for masking duplicates) and texts, in row order."""
+    """One micro-batch of triplets: paper ids (for masking duplicates) and texts (or their token
+    ids, in validation), in row order."""
 
     anchor_ids: Sequence[str]
     positive_ids: Sequence[str]
@@ -65,18 +66,18 @@ class Objective:
         """The model card's "objective" entry (sciencemap.contracts.MODEL_CARD)."""
         return {"name": self.name, "settings": self.settings(), "score": self.score_name}
 
-    # -- batches and the forward
-    def batch(self, rows: dict, idx: Sequence[int]) -> TripletBatch:
-        """Rows `idx` of the loaded triplets (encoders.objectives.triplet_table.load_triplets)."""
-        return TripletBatch(*([rows[k][i] for i in idx] for k in ("ai", "pi", "ni", "a", "p", "n")))
-
-    def vectors(self, enc: "Encoder", batch: TripletBatch):
-        """Anchor, positive and negative vectors from one forward pass (one padded batch)."""
-        vec = enc.embed_texts(list(batch.anchors) + list(batch.positives) + list(batch.negatives))
+    # -- the forward
+    def vectors(self, enc: "Encoder", batch):
+        """Anchor, positive and negative vectors from one forward pass (one padded batch): a
+        pre-tokenized encoders.train_feed.TokenBatch (training), or a TripletBatch of texts."""
+        if hasattr(batch, "inputs"):
+            vec = enc.forward(batch.inputs(enc.device))
+        else:
+            vec = enc.embed_texts(list(batch.anchors) + list(batch.positives) + list(batch.negatives))
         k = len(batch)
         return vec[:k], vec[k:2 * k], vec[2 * k:]
 
-    def batch_loss(self, enc: "Encoder", batch: TripletBatch) -> "torch.Tensor":
+    def batch_loss(self, enc: "Encoder", batch) -> "torch.Tensor":
         """The training step's loss on one micro-batch (keeps the autograd graph)."""
         return self.loss(*self.vectors(enc, batch), batch)
 

@@ -38,20 +38,20 @@ def retrieval_metrics(vectors: torch.Tensor, index: dict[str, int], data: dict, 
 
 @torch.inference_mode()
 def evaluate(objective: Objective, enc, data: dict, batch_size: int = 32) -> dict:
-    """The objective's loss, triplet accuracy and retrieval on `data` (rows as load_triplets gives
-    them). Each distinct paper is embedded once."""
-    n = len(data["a"])
+    """The objective's loss, triplet accuracy and retrieval on `data`: ids (ai, pi, ni), kind, and
+    `tokens` (paper id -> token ids; encoders.objectives.triplet_table). Each distinct paper is
+    embedded once, in batches of `batch_size` padded to their longest."""
+    n = len(data["ai"])
     if n == 0:
         return {"n": 0, "loss": None, "accuracy": None}
-    texts: dict[str, str] = {}
-    for ids, txt in ((data["ai"], data["a"]), (data["pi"], data["p"]), (data["ni"], data["n"])):
-        texts.update(zip(ids, txt))
-    order = list(texts)
+    order = list(dict.fromkeys(data["ai"] + data["pi"] + data["ni"]))
     index = {pid: i for i, pid in enumerate(order)}
-    vec = torch.from_numpy(enc.encode([texts[i] for i in order], batch_size))
+    vec = torch.from_numpy(enc.encode_ids([data["tokens"][i] for i in order], batch_size))
     va, vp, vn = (vec[[index[i] for i in data[k]]] for k in ("ai", "pi", "ni"))
     correct = (objective.pair_scores(va, vp) > objective.pair_scores(va, vn)).numpy()
-    batch = TripletBatch(data["ai"], data["pi"], data["ni"], data["a"], data["p"], data["n"])
+    tok = data["tokens"]
+    batch = TripletBatch(data["ai"], data["pi"], data["ni"], [tok[i] for i in data["ai"]],
+                         [tok[i] for i in data["pi"]], [tok[i] for i in data["ni"]])
     out = {"n": n, "loss": objective.validation_loss(va, vp, vn, batch), "accuracy": float(correct.mean())}
     kinds = np.asarray(data["kind"])
     for kind in sorted(set(data["kind"]) - {""}):

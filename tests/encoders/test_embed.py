@@ -377,3 +377,18 @@ def test_compile_failure_falls_back_to_eager(make_run, records, repo_root):
     (ids, m), (ids_ref, m_ref) = load_embeddings(lay), load_embeddings(ref)
     assert ids == ids_ref
     np.testing.assert_allclose(m, m_ref, atol=1e-6)
+
+
+def test_defaults_by_device_and_model(enc):
+    """0 / -1 settings resolve by device (a CPU here: today's measured batch shape, the feed in a
+    thread) and max_length 0 by model: the untuned MiniLM has no model card, so the training default."""
+    from encoders.config import TrainConfig
+    from encoders.embed import feed_shape, training_length
+    from sciencemap.runtime import Dist
+
+    shape = feed_shape(EmbedConfig(shard_size=500), enc, Dist())
+    assert (shape.batch_size, shape.max_tokens, shape.chunk_rows, shape.workers, shape.pad_multiple) == \
+        (128, 8192, 500, 0, 1)
+    assert training_length("minilm") == TrainConfig().max_length == 256
+    shape = feed_shape(EmbedConfig(batch_size=7, max_tokens=99, chunk_rows=3, workers=2), enc, Dist())
+    assert (shape.batch_size, shape.max_tokens, shape.chunk_rows, shape.workers) == (7, 99, 3, 2)

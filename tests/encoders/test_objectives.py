@@ -17,6 +17,7 @@ from encoders.objectives import OBJECTIVES, get_objective
 from encoders.objectives.base import TripletBatch
 from encoders.objectives.in_batch import InBatchObjective, false_negative_mask
 from encoders.objectives.triplet import TripletObjective
+from encoders.objectives.triplet_table import data_digest
 from encoders.train import TRAJECTORY_FIELDS, fingerprint, read_log, run_train
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
@@ -140,7 +141,7 @@ def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
 
 def test_fingerprint_names_the_objective_and_its_settings():
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
-    rows = {"ai": ["a"], "pi": ["p"], "ni": ["n"]}
+    rows = data_digest({"ai": ["a"], "pi": ["p"], "ni": ["n"]})
 
     def fp(**kw):
         cfg = TrainConfig(**{"margin": 1.0, **kw})

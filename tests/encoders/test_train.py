@@ -18,7 +18,9 @@ from encoders.model import load_encoder, paper_text
 from encoders.objectives.base import TripletBatch
 from encoders.objectives.triplet import TripletObjective
 from encoders.objectives.validation import retrieval_metrics
+from encoders.objectives.triplet_table import data_digest, open_tokens, prepare_tokens
 from encoders.train import read_log, run_train, shard_order
+from encoders.train_feed import RankSampler, micro_batches
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
@@ -80,6 +82,54 @@ def test_shard_order_splits_each_epoch_between_ranks():
     assert len(r0) == len(r1) == len(r2) == 4  # padded cyclically, like DistributedSampler
     assert set(r0) | set(r1) | set(r2) == set(range(10))
     assert np.array_equal(np.concatenate([r0, r1, r2]).reshape(3, 4).T.ravel()[:10], one)
+
+
+def test_tokenized_triplets_give_the_text_paths_batches(tmp_path, records, small_run):
+    """The cached token ids, collated per micro-batch, are exactly the tokenizer's padded batch of
+    the same triplets' texts (anchors, positives, negatives), in the loop's order; so the first
+    losses are the text path's (bench/stages_vs_ref.py compares 20 steps with the earlier loop)."""
+    layout = small_run(tmp_path / "tok")
+    enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
+    folder, built = prepare_tokens(layout, enc.path, enc.tokenizer, L, enc.sep, val_max=128, seed=0)
+    assert built and prepare_tokens(layout, enc.path, enc.tokenizer, L, enc.sep, 128, 0) == (folder, False)
+    data = open_tokens(folder)
+    assert data.counts == {"triplets_total": 11, "dropped_no_text": 1, "train_triplets": 8, "val_triplets": 2}
+    text = {r["paper_id"]: paper_text(r["title"], r["abstract"], enc.sep) for r in records[:12]}
+    ids = data.paper_ids(np.arange(data.papers.num_rows))
+    ai = [ids[r] for r in data.train["a"]]
+    assert ai == sorted(ai) and data.digest == data_digest({"ai": ai, "pi": [ids[r] for r in data.train["p"]],
+                                                            "ni": [ids[r] for r in data.train["n"]]})
+    order = shard_order(8, seed=0, epoch=0)
+    seen = 0
+    for m, batch in enumerate(micro_batches(data, RankSampler(8, 0), 0, 3, 0, enc.tokenizer.pad_token_id, 0, False)):
+        rows = order[3 * m:3 * m + 3]
+        texts = [text[ids[data.train[c][r]]] for c in ("a", "p", "n") for r in rows]
+        ref = enc.tokenizer(texts, padding="longest", truncation=True, max_length=L, return_tensors="pt")
+        assert torch.equal(batch.input_ids, ref["input_ids"]) and torch.equal(batch.attention_mask, ref["attention_mask"])
+        assert batch.anchor_ids == data.train["a"][rows].tolist() and batch.tokens == int(ref["attention_mask"].sum())
+        seen += len(rows)
+    assert seen == 8
+    # resume inside an epoch: the loader starts at the given micro-batch
+    later = next(micro_batches(data, RankSampler(8, 0), 0, 3, 2, enc.tokenizer.pad_token_id, 0, False))
+    assert later.anchor_ids == data.train["a"][order[6:8]].tolist()
+    # another max_length is another cache; the old one is removed
+    other, built = prepare_tokens(layout, enc.path, enc.tokenizer, 16, enc.sep, 128, 0)
+    assert built and other != folder and not folder.exists()
+    assert max(len(t) for t in open_tokens(other).tokens(np.arange(12))) == 16
+
+
+def test_loader_workers_train_the_same_steps(tmp_path, records, small_run):
+    """Micro-batches collated by two worker processes: the same losses and weights as in-process."""
+    cfg = dict(max_steps=3, batch_size=2, grad_accum=2, max_length=L, lr=1e-4, log_every=1, device="cpu")
+    runs = {}
+    for workers in (0, 2):
+        lay = small_run(tmp_path / f"w{workers}")
+        run_train(TrainConfig(**cfg, loader_workers=workers), lay)
+        runs[workers] = lay
+    losses = [[r["loss"] for r in read_log(runs[w].train_log) if r["kind"] == "train"] for w in (0, 2)]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+    a, b = state(runs[0].model_dir), state(runs[2].model_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_retrieval_metrics_filtered_ranking():
@@ -220,9 +270,11 @@ def test_cls_pooling_and_grad_accum_carry_into_embed(tmp_path, records, small_ru
     pool_conf = json.loads((layout.model_dir / "1_Pooling" / "config.json").read_text())
     assert pool_conf["pooling_mode_cls_token"] and not pool_conf["pooling_mode_mean_tokens"]
     # Embed with the run's own model (the default) picks up its recorded cls pooling.
-    out = run_embed(EmbedConfig(batch_size=4, max_length=L, shard_size=100, device="cpu"), layout)
+    # ... and its training length (max_length 0 = the model card's).
+    out = run_embed(EmbedConfig(batch_size=4, shard_size=100, device="cpu"), layout)
     manifest = json.loads((layout.embeddings_dir / "manifest.json").read_text())
     assert manifest["pooling"] == "cls" and manifest["model_path"] == str(layout.model_dir.resolve())
+    assert manifest["max_length"] == L and out["max_length"] == L
     assert out["papers"] == 12 and out["skipped"] == 1
 
 

@@ -1,0 +1,122 @@
+"""The training feed: this rank's micro-batches of tokenized triplets (encoders.objectives.triplet_table),
+collated ahead of the model by DataLoader workers.
+
+    RankSampler   this rank's rows of an epoch: a seeded permutation padded cyclically to a multiple
+                  of the world size and dealt out round-robin (torch's DistributedSampler's rule,
+                  with numpy's permutation so that the order is the one this project has always used)
+    collate       B triplets -> one TokenBatch: the 3B papers (anchors, positives, negatives) padded
+                  to the longest of the micro-batch, as one forward pass takes them
+    micro_batches the DataLoader over one epoch from a given micro-batch on (resume)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import chain, islice
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+
+from encoders.objectives.triplet_table import TripletTokens
+
+
+def shard_order(n: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> np.ndarray:
+    """This rank's triplet order in `epoch`: a seeded permutation, padded cyclically to a multiple
+    of `world` (as torch's DistributedSampler does) and dealt out round-robin."""
+    perm = np.random.default_rng([seed, epoch]).permutation(n)
+    per_rank = math.ceil(n / world)
+    return np.resize(perm, per_rank * world)[rank::world]
+
+
+class RankSampler(Sampler[int]):
+    """Train rows of this rank for the epoch set with set_epoch (see shard_order)."""
+
+    def __init__(self, n: int, seed: int, rank: int = 0, world: int = 1):
+        self.n, self.seed, self.rank, self.world, self.epoch = n, seed, rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(shard_order(self.n, self.seed, self.epoch, self.rank, self.world).tolist())
+
+    def __len__(self) -> int:
+        return math.ceil(self.n / self.world)
+
+
+@dataclass
+class TokenBatch:
+    """One micro-batch: B anchors, then B positives, then B negatives, padded to the longest; the
+    papers' rows (same row = same paper: the in-batch objective masks repeats by them)."""
+
+    input_ids: torch.Tensor        # int64 (3B, width)
+    attention_mask: torch.Tensor   # int64 (3B, width)
+    anchor_ids: list[int]
+    positive_ids: list[int]
+    negative_ids: list[int]
+    tokens: int                    # real tokens
+
+    def __len__(self) -> int:
+        return len(self.anchor_ids)
+
+    def pin_memory(self) -> "TokenBatch":
+        return TokenBatch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(), self.anchor_ids,
+                          self.positive_ids, self.negative_ids, self.tokens)
+
+    def inputs(self, device: torch.device) -> dict[str, torch.Tensor]:
+        nb = self.input_ids.is_pinned()
+        return {"input_ids": self.input_ids.to(device, non_blocking=nb),
+                "attention_mask": self.attention_mask.to(device, non_blocking=nb)}
+
+
+def pad_rows(token_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists padded to the longest: (input_ids, attention_mask), int64, in one fill."""
+    lengths = np.fromiter((len(x) for x in token_lists), np.int64, len(token_lists))
+    width = int(lengths.max()) if len(lengths) else 0
+    ids = np.full((len(token_lists), width), pad_id, np.int64)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    ids[mask] = np.fromiter(chain.from_iterable(token_lists), np.int64, int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
+
+
+class _Rows(Dataset):
+    """Train row i -> i (the collate function gathers the micro-batch's tokens in one take)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class Collate:
+    def __init__(self, data: TripletTokens, pad_id: int):
+        self.data, self.pad_id = data, pad_id
+
+    def __call__(self, rows: list[int]) -> TokenBatch:
+        tr = self.data.train
+        idx = np.asarray(rows, np.int64)
+        a, p, n = tr["a"][idx], tr["p"][idx], tr["n"][idx]
+        tokens = self.data.tokens(np.concatenate([a, p, n]))
+        ids, mask = pad_rows(tokens, self.pad_id)
+        return TokenBatch(ids, mask, a.tolist(), p.tolist(), n.tolist(), sum(len(t) for t in tokens))
+
+
+def micro_batches(data: TripletTokens, sampler: RankSampler, epoch: int, batch_size: int, start: int,
+                  pad_id: int, workers: int, pin: bool) -> Iterator[TokenBatch]:
+    """Micro-batches `start`, `start + 1`, ... of this rank's `epoch`, collated by `workers`
+    processes (0: in this process) and pinned when `pin`."""
+    sampler.set_epoch(epoch)
+    batches = list(islice(BatchSampler(sampler, batch_size, drop_last=False), start, None))
+    loader = DataLoader(_Rows(len(data.train["a"])), batch_sampler=batches, collate_fn=Collate(data, pad_id),
+                        num_workers=workers, pin_memory=pin, prefetch_factor=4 if workers else None,
+                        multiprocessing_context="fork" if workers else None,
+                        # its own generator: a loader draws a seed when it starts, and from the global
+                        # RNG that draw would shift the dropout masks of the training that follows
+                        generator=torch.Generator().manual_seed(epoch))
+    return iter(loader)
