@@ -181,7 +181,10 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     if isinstance(pooler, torch.nn.Module):
         pooler.requires_grad_(False)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):   # transformers >= 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
     opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
                             **({"fused": True} if enc.device.type == "cuda" else {}))
