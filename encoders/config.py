@@ -45,6 +45,9 @@ class TrainConfig:
     device: str = setting("auto", "auto, cpu or cuda")
     loader_workers: int = setting(-1, "processes that collate micro-batches from the tokenized triplets ahead of "
                                   "the model; 0 = in the training process; -1 = by device (0 on a CPU, 4 on CUDA)")
+    bucket_tokens: int = setting(0, "0 = each micro-batch's 3B papers in one forward padded to the longest (the "
+                                 "recipe's numbers); N = sorted by length into forwards of at most N padded tokens "
+                                 "(less padding on mixed lengths; other dropout draws)")
     compile: bool = setting(False, "torch.compile the model for training (opt-in: pays on long GPU runs)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: less memory "
                                            "for large batches, about a third more compute")

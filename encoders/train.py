@@ -54,7 +54,7 @@ from encoders.train_feed import RankSampler, micro_batches, shard_order  # noqa:
 # Settings that change the training trajectory whatever the objective: a checkpoint is only
 # resumed when they, the objective's own settings (Objective.fields), the data and the world size match.
 TRAJECTORY_FIELDS = ("model", "pooling", "objective", "lr", "weight_decay", "batch_size", "grad_accum",
-                     "max_steps", "epochs", "warmup_ratio", "max_grad_norm", "max_length", "seed")
+                     "max_steps", "epochs", "warmup_ratio", "max_grad_norm", "max_length", "seed", "bucket_tokens")
 
 
 def _check(cfg: TrainConfig) -> None:
@@ -62,7 +62,7 @@ def _check(cfg: TrainConfig) -> None:
                  "keep_checkpoints"):
         if getattr(cfg, name) < 1:
             raise UserError(f"train setting {name}={getattr(cfg, name)} must be at least 1")
-    for name in ("max_steps", "eval_every", "checkpoint_every"):
+    for name in ("max_steps", "eval_every", "checkpoint_every", "bucket_tokens"):
         if getattr(cfg, name) < 0:
             raise UserError(f"train setting {name}={getattr(cfg, name)} must be >= 0 (0 = off / full epochs)")
     if not 0 <= cfg.warmup_ratio < 1:
@@ -263,7 +263,7 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             epoch, j = divmod(step, steps_per_epoch)
             if feed_epoch != epoch:   # an epoch's micro-batches, from the resumed position on
                 feed = micro_batches(data, sampler, epoch, cfg.batch_size, j * cfg.grad_accum, pad_id, workers,
-                                     pin=enc.device.type == "cuda")
+                                     pin=enc.device.type == "cuda", bucket_tokens=cfg.bucket_tokens)
                 feed_epoch = epoch
             micro = range(j * cfg.grad_accum, min((j + 1) * cfg.grad_accum, micro_per_epoch))
             opt.zero_grad(set_to_none=True)

@@ -5,7 +5,8 @@ collated ahead of the model by DataLoader workers.
                   of the world size and dealt out round-robin (torch's DistributedSampler's rule,
                   with numpy's permutation so that the order is the one this project has always used)
     collate       B triplets -> one TokenBatch: the 3B papers (anchors, positives, negatives) padded
-                  to the longest of the micro-batch, as one forward pass takes them
+                  to the longest of the micro-batch, as one forward pass takes them (or, with
+                  bucket_tokens, sorted by length into several forwards with little padding)
     micro_batches the DataLoader over one epoch from a given micro-batch on (resume)
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
+from encoders.embed.feed import Batch, pad_batch, token_budget_batches
 from encoders.objectives.triplet_table import TripletTokens
 
 
@@ -57,18 +59,38 @@ class TokenBatch:
     positive_ids: list[int]
     negative_ids: list[int]
     tokens: int                    # real tokens
+    # bucket_tokens > 0: the 3B papers as length-sorted forwards instead (input_ids is then empty)
+    parts: list[Batch] | None = None
 
     def __len__(self) -> int:
         return len(self.anchor_ids)
 
+    @property
+    def padded_tokens(self) -> int:
+        return sum(int(b.input_ids.numel()) for b in self.parts) if self.parts else int(self.input_ids.numel())
+
     def pin_memory(self) -> "TokenBatch":
         return TokenBatch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(), self.anchor_ids,
-                          self.positive_ids, self.negative_ids, self.tokens)
+                          self.positive_ids, self.negative_ids, self.tokens,
+                          [b.pin_memory() for b in self.parts] if self.parts else None)
 
     def inputs(self, device: torch.device) -> dict[str, torch.Tensor]:
         nb = self.input_ids.is_pinned()
         return {"input_ids": self.input_ids.to(device, non_blocking=nb),
                 "attention_mask": self.attention_mask.to(device, non_blocking=nb)}
+
+    def pooled(self, enc) -> torch.Tensor:
+        """The 3B pooled vectors in batch order (keeps the autograd graph): one forward, or one per part."""
+        if not self.parts:
+            return enc.forward(self.inputs(enc.device))
+        outs, where = [], []
+        for b in self.parts:
+            t = b.to(enc.device)
+            outs.append(enc.forward({"input_ids": t["input_ids"], "attention_mask": t["attention_mask"]}))
+            where.append(t["positions"])
+        inverse = torch.empty_like(torch.cat(where))
+        inverse[torch.cat(where)] = torch.arange(len(inverse), device=inverse.device)
+        return torch.cat(outs)[inverse]
 
 
 def pad_rows(token_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,25 +117,32 @@ class _Rows(Dataset):
 
 
 class Collate:
-    def __init__(self, data: TripletTokens, pad_id: int):
-        self.data, self.pad_id = data, pad_id
+    def __init__(self, data: TripletTokens, pad_id: int, bucket_tokens: int = 0):
+        self.data, self.pad_id, self.bucket_tokens = data, pad_id, bucket_tokens
 
     def __call__(self, rows: list[int]) -> TokenBatch:
         tr = self.data.train
         idx = np.asarray(rows, np.int64)
         a, p, n = tr["a"][idx], tr["p"][idx], tr["n"][idx]
         tokens = self.data.tokens(np.concatenate([a, p, n]))
+        real = sum(len(t) for t in tokens)
+        if self.bucket_tokens:
+            parts = [pad_batch(tokens, idx, self.pad_id) for idx in
+                     token_budget_batches([len(t) for t in tokens], len(tokens), self.bucket_tokens)]
+            empty = torch.zeros((0, 0), dtype=torch.int64)
+            return TokenBatch(empty, empty, a.tolist(), p.tolist(), n.tolist(), real, parts)
         ids, mask = pad_rows(tokens, self.pad_id)
-        return TokenBatch(ids, mask, a.tolist(), p.tolist(), n.tolist(), sum(len(t) for t in tokens))
+        return TokenBatch(ids, mask, a.tolist(), p.tolist(), n.tolist(), real)
 
 
 def micro_batches(data: TripletTokens, sampler: RankSampler, epoch: int, batch_size: int, start: int,
-                  pad_id: int, workers: int, pin: bool) -> Iterator[TokenBatch]:
+                  pad_id: int, workers: int, pin: bool, bucket_tokens: int = 0) -> Iterator[TokenBatch]:
     """Micro-batches `start`, `start + 1`, ... of this rank's `epoch`, collated by `workers`
-    processes (0: in this process) and pinned when `pin`."""
+    processes (0: in this process) and pinned when `pin`; bucket_tokens > 0: each as length-sorted
+    forwards of at most that many padded tokens."""
     sampler.set_epoch(epoch)
     batches = list(islice(BatchSampler(sampler, batch_size, drop_last=False), start, None))
-    loader = DataLoader(_Rows(len(data.train["a"])), batch_sampler=batches, collate_fn=Collate(data, pad_id),
+    loader = DataLoader(_Rows(len(data.train["a"])), batch_sampler=batches, collate_fn=Collate(data, pad_id, bucket_tokens),
                         num_workers=workers, pin_memory=pin, prefetch_factor=4 if workers else None,
                         multiprocessing_context="fork" if workers else None,
                         # its own generator: a loader draws a seed when it starts, and from the global

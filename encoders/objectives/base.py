@@ -70,8 +70,8 @@ class Objective:
     def vectors(self, enc: "Encoder", batch):
         """Anchor, positive and negative vectors from one forward pass (one padded batch): a
         pre-tokenized encoders.train_feed.TokenBatch (training), or a TripletBatch of texts."""
-        if hasattr(batch, "inputs"):
-            vec = enc.forward(batch.inputs(enc.device))
+        if hasattr(batch, "pooled"):
+            vec = batch.pooled(enc)
         else:
             vec = enc.embed_texts(list(batch.anchors) + list(batch.positives) + list(batch.negatives))
         k = len(batch)

@@ -312,9 +312,10 @@ def test_torchrun_two_processes_gloo(tmp_path, records, forty_run, repo_root):
 
 
 def test_gradient_checkpointing_and_compile_train_the_same_steps(tmp_path, records, small_run):
-    """The two options for large batches and long GPU runs change how the steps are computed, not
-    what they compute: recomputed activations (dropout replayed) give the same losses; the compiled
-    model (whose dropout draws other masks: compared without dropout) the same up to float rounding."""
+    """The options for large batches and long GPU runs change how the steps are computed, not what
+    they compute: recomputed activations (dropout replayed) give the same losses; the compiled model
+    and length-bucketed forwards (whose dropout draws other masks: compared without dropout) the
+    same up to float rounding."""
     from encoders.model import resolve_model
 
     no_dropout = tmp_path / "no-dropout"
@@ -329,10 +330,13 @@ def test_gradient_checkpointing_and_compile_train_the_same_steps(tmp_path, recor
     cfg = dict(max_steps=2, batch_size=2, grad_accum=1, max_length=L, lr=1e-4, log_every=1, device="cpu")
     losses = {}
     for name, extra in (("plain", {}), ("ckpt", {"gradient_checkpointing": True}),
-                        ("plain0", {"model": str(no_dropout)}), ("compiled0", {"model": str(no_dropout), "compile": True})):
+                        ("plain0", {"model": str(no_dropout)}), ("compiled0", {"model": str(no_dropout), "compile": True}),
+                        ("bucketed0", {"model": str(no_dropout), "bucket_tokens": 40})):
         lay = small_run(tmp_path / name)
         run_train(TrainConfig(**cfg, **extra), lay)
         losses[name] = [r["loss"] for r in read_log(lay.train_log) if r["kind"] == "train"]
     assert len(losses["plain"]) == 2 and losses["plain"] != losses["plain0"]
     np.testing.assert_allclose(losses["ckpt"], losses["plain"], rtol=1e-6)
     np.testing.assert_allclose(losses["compiled0"], losses["plain0"], rtol=1e-4)
+    # length buckets (here forwards of <= 40 padded tokens) regroup the forwards, not the batch
+    np.testing.assert_allclose(losses["bucketed0"], losses["plain0"], rtol=1e-5)
