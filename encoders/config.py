@@ -46,8 +46,8 @@ class TrainConfig:
     loader_workers: int = setting(-1, "processes that collate micro-batches from the tokenized triplets ahead of "
                                   "the model; 0 = in the training process; -1 = by device (0 on a CPU, 4 on CUDA)")
     bucket_tokens: int = setting(0, "0 = each micro-batch's 3B papers in one forward padded to the longest (the "
-                                 "recipe's numbers); N = sorted by length into forwards of at most N padded tokens "
-                                 "(less padding on mixed lengths; other dropout draws)")
+                                 "recipe's numbers); N = sorted by length into forwards of at most N padded tokens, cut at "
+                                 "10% padding from N/4 (less padding on mixed lengths; other dropout draws)")
     compile: bool = setting(False, "torch.compile the model for training (opt-in: pays on long GPU runs)")
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: less memory "
                                            "for large batches, about a third more compute")
@@ -67,7 +67,7 @@ class EmbedConfig:
     precision: str = setting("auto", "compute precision: auto = bf16 on CUDA and on CPUs with native bf16", choices=PRECISIONS)
     shard_size: int = setting(10000, "input rows per output shard (the unit of resume and of rank assignment)")
     chunk_rows: int = setting(0, "input rows per feed work unit (bucketed by length inside it); 0 = by device "
-                              "(the whole shard on a CPU, 1024 on CUDA)")
+                              "(the whole shard on a CPU, 8192 on CUDA)")
     workers: int = setting(-1, "feed processes that read, tokenize, bucket and pad ahead of the model; 0 = one "
                            "thread; -1 = by device (0 on a CPU, cores per rank - 2 on CUDA, at most 12)")
     device: str = setting("auto", "auto, cpu or cuda")

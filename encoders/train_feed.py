@@ -116,6 +116,9 @@ class _Rows(Dataset):
         return i
 
 
+BUCKET_PAD_LIMIT = 1.1
+
+
 class Collate:
     def __init__(self, data: TripletTokens, pad_id: int, bucket_tokens: int = 0):
         self.data, self.pad_id, self.bucket_tokens = data, pad_id, bucket_tokens
@@ -127,8 +130,10 @@ class Collate:
         tokens = self.data.tokens(np.concatenate([a, p, n]))
         real = sum(len(t) for t in tokens)
         if self.bucket_tokens:
+            # forwards of at most bucket_tokens, cut at 10% padding once they hold a quarter of it
             parts = [pad_batch(tokens, idx, self.pad_id) for idx in
-                     token_budget_batches([len(t) for t in tokens], len(tokens), self.bucket_tokens)]
+                     token_budget_batches([len(t) for t in tokens], len(tokens), self.bucket_tokens,
+                                          pad_limit=BUCKET_PAD_LIMIT, min_tokens=self.bucket_tokens // 4)]
             empty = torch.zeros((0, 0), dtype=torch.int64)
             return TokenBatch(empty, empty, a.tolist(), p.tolist(), n.tolist(), real, parts)
         ids, mask = pad_rows(tokens, self.pad_id)

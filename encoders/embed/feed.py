@@ -131,15 +131,21 @@ def plan_input(path: Path) -> InputPlan:
 
 # ---------------------------------------------------------------- batches
 
-def token_budget_batches(lengths, batch_size: int, max_tokens: int) -> list[list[int]]:
+def token_budget_batches(lengths, batch_size: int, max_tokens: int, pad_limit: float = 0.0,
+                         min_tokens: int = 0) -> list[list[int]]:
     """Indexes ordered longest first (ties by index), cut so that each batch has at most
     batch_size documents and at most max_tokens padded tokens (count x its longest); a single
-    document longer than the budget still gets its own batch. max_tokens 0 = no token budget."""
+    document longer than the budget still gets its own batch. max_tokens 0 = no token budget.
+
+    pad_limit > 0 also cuts a batch that already holds min_tokens padded tokens when the next
+    document is shorter than its width / pad_limit: on a GPU a batch of mixed lengths then pads
+    little, while short documents still share a batch large enough to keep the device busy."""
     lengths = np.asarray(lengths, np.int64)
     order = np.lexsort((np.arange(len(lengths)), -lengths)).tolist()
     batches, cur, width = [], [], 0
     for i in order:
-        if cur and (len(cur) >= batch_size or (max_tokens and (len(cur) + 1) * width > max_tokens)):
+        if cur and (len(cur) >= batch_size or (max_tokens and (len(cur) + 1) * width > max_tokens)
+                    or (pad_limit and len(cur) * width >= min_tokens and width > pad_limit * lengths[i])):
             batches.append(cur)
             cur = []
         if not cur:
@@ -198,15 +204,23 @@ class FeedSpec:
     batch_size: int
     max_tokens: int
     pad_multiple: int = 1
+    pad_limit: float = 0.0        # see token_budget_batches
+    min_batch_tokens: int = 0
+    ramp: bool = False            # the first chunks smaller (1/8, 1/4, 1/2): the model starts sooner
 
     def chunks(self, shards: list[int]) -> list[tuple[int, int, int, bool]]:
         """(shard, lo, hi, last chunk of its shard) for every chunk of `shards`, in order."""
         out = []
+        sizes = [max(1, self.chunk_rows // d) for d in (8, 4, 2)] if self.ramp else []
         for k in shards:
             lo, hi = self.plan.shard_rows(k, self.shard_size)
-            starts = list(range(lo, hi, self.chunk_rows)) or [lo]
-            for s in starts:
-                out.append((k, s, min(hi, s + self.chunk_rows), s == starts[-1]))
+            bounds, s = [], lo
+            while s < hi or not bounds:
+                e = min(hi, s + (sizes.pop(0) if sizes else self.chunk_rows))
+                bounds.append((s, e))
+                s = e
+            for j, (s, e) in enumerate(bounds):
+                out.append((k, s, e, j == len(bounds) - 1))
         return out
 
 
@@ -278,7 +292,8 @@ def prepare_chunk(spec: FeedSpec, k: int, lo: int, hi: int, last: bool) -> Chunk
     lengths = [len(x) for x in token_ids]
     pad_id = spec.tokenizer.pad_token_id or 0
     batches = [pad_batch(token_ids, idx, pad_id, spec.pad_multiple)
-               for idx in token_budget_batches(lengths, spec.batch_size, spec.max_tokens)]
+               for idx in token_budget_batches(lengths, spec.batch_size, spec.max_tokens, spec.pad_limit,
+                                               spec.min_batch_tokens)]
     return Chunk(k, lo, hi, last, ids, skipped, hashes, batches, sum(lengths),
                  sum(int(b.input_ids.numel()) for b in batches))
 

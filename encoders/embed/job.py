@@ -42,10 +42,11 @@ BARRIER_TIMEOUT_S = 48 * 3600
 
 # Defaults by device (EmbedConfig's 0 / -1 values).
 CPU_BATCH, CPU_MAX_TOKENS = 128, 8192          # measured on 2 cores (bench/embed_throughput.py)
-CUDA_BATCH, CUDA_CHUNK_ROWS = 4096, 1024
+CUDA_BATCH, CUDA_CHUNK_ROWS = 4096, 8192        # long sorted runs: little padding (bench/feed_throughput.py)
 CUDA_MAX_TOKENS_CAP = 65536                    # larger batches gain nothing once the GPU is full
+CUDA_PAD_LIMIT, CUDA_MIN_BATCH_TOKENS = 1.1, 8192
 CUDA_MEMORY_SHARE = 0.4                        # of the free memory, for one batch's activations
-CUDA_PAD_MULTIPLE = 8                          # tensor-core friendly widths
+CUDA_PAD_MULTIPLE = 1                          # widths rounded up to 8 padded titles 1.2x (bench/feed_throughput.py)
 MAX_WORKERS = 12
 
 
@@ -93,6 +94,8 @@ class FeedShape:
     chunk_rows: int
     workers: int
     pad_multiple: int
+    pad_limit: float
+    min_batch_tokens: int
 
 
 def training_length(spec: str) -> int:
@@ -131,7 +134,10 @@ def feed_shape(cfg: EmbedConfig, enc: Encoder, dist: Dist) -> FeedShape:
         max_tokens=cfg.max_tokens or (cuda_token_budget(enc) if cuda else CPU_MAX_TOKENS),
         chunk_rows=cfg.chunk_rows or (CUDA_CHUNK_ROWS if cuda else cfg.shard_size),
         workers=cfg.workers if cfg.workers >= 0 else (min(MAX_WORKERS, max(1, cores - 2)) if cuda else 0),
-        pad_multiple=CUDA_PAD_MULTIPLE if cuda else 1)
+        pad_multiple=CUDA_PAD_MULTIPLE if cuda else 1,
+        # On CUDA batches of mixed lengths are cut at 10% padding once they are large enough; a CPU
+        # keeps the previous job's batches (and its vectors, bit for bit).
+        pad_limit=CUDA_PAD_LIMIT if cuda else 0.0, min_batch_tokens=CUDA_MIN_BATCH_TOKENS if cuda else 0)
 
 
 def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
@@ -276,7 +282,8 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
 
     spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=enc.max_length, sep=enc.sep,
                     shard_size=cfg.shard_size, chunk_rows=shape.chunk_rows, batch_size=shape.batch_size,
-                    max_tokens=shape.max_tokens, pad_multiple=shape.pad_multiple)
+                    max_tokens=shape.max_tokens, pad_multiple=shape.pad_multiple, pad_limit=shape.pad_limit,
+                    min_batch_tokens=shape.min_batch_tokens, ramp=enc.device.type == "cuda")
     if shape.workers:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the workers are the parallelism
     progress = Progress(rows_todo, dist)

@@ -96,6 +96,17 @@ def test_token_budget_batches():
     assert token_budget_batches([4] * 5, 2, 0) == [[0, 1], [2, 3], [4]]  # no budget: batch_size
 
 
+def test_batches_cut_at_a_padding_limit_once_large_enough():
+    lengths = [100, 95, 60, 58, 57, 10, 10, 9]
+    # no limit: the budget alone (8 x 100 <= 1000)
+    assert token_budget_batches(lengths, 16, 1000) == [list(range(8))]
+    # limit 1.1 from 150 padded tokens: 100, 95 stay together (95 * 1.1 >= 100), 60 starts a batch,
+    # 58 and 57 join it; 10 is far shorter, but the 60-batch holds only 180 >= 150 tokens: cut too
+    assert token_budget_batches(lengths, 16, 1000, pad_limit=1.1, min_tokens=150) == [[0, 1], [2, 3, 4], [5, 6, 7]]
+    # below min_tokens a batch takes shorter documents anyway (small batches would idle a GPU)
+    assert token_budget_batches(lengths, 16, 1000, pad_limit=1.1, min_tokens=400) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
 def test_plan_finds_cross_file_duplicates(make_run, records):
     lay = make_run("plan", papers(records))
     plan = plan_input(lay.table("papers"))
@@ -158,6 +169,11 @@ def test_chunks_bucket_by_length_and_keep_every_paper_once(make_run, records, en
         assert unpadded(chunk) == enc.token_ids([by_id[i] for i in chunk.ids])
         ids += chunk.ids
     assert ids == expected_ids(records)
+    # on CUDA the first chunks are smaller (the model starts sooner): 1/8, 1/4, 1/2, then whole
+    ramp = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=15, chunk_rows=8,
+                    batch_size=3, max_tokens=64, ramp=True)
+    assert [(lo, hi, last) for _, lo, hi, last in ramp.chunks([0])] == [(0, 1, False), (1, 3, False), (3, 7, False),
+                                                                         (7, 15, True)]
     b = pad_batch([[5, 6, 7], [8]], [1, 0], pad_id=0, multiple=4)
     assert b.input_ids.tolist() == [[8, 0, 0, 0], [5, 6, 7, 0]] and b.positions.tolist() == [1, 0]
     assert b.attention_mask.tolist() == [[1, 0, 0, 0], [1, 1, 1, 0]] and b.tokens == 4
