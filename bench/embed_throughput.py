@@ -13,11 +13,7 @@ to embed uses on a CPU). The best round of each counts (rounds interleave, so ma
 Prints docs/s, the ratio to the reference, the compile warm-up (cold inductor cache) and after
 how many documents it pays for itself, and the vector differences.
 
-GPU section (only when CUDA is present): tokens/s and model FLOP utilisation of a BERT-base-sized
-model (random weights; 12 layers, hidden 768) at 256 tokens in bf16 through the same embedding
-path, eager and through torch.compile, and the projected hours for 33 M papers.
---simulate-gpu-section runs that code path on the CPU with a 2-layer model, to check the code,
-not to measure anything.
+On a GPU, bench/gpu_throughput.py measures the jobs (bare forward, embed job, training).
 """
 from __future__ import annotations
 
@@ -35,13 +31,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from encoders.embed.forward import CompiledForward, embed_texts, embed_token_ids  # noqa: E402
-from encoders.model import Encoder, load_encoder, resolve_model, resolve_precision  # noqa: E402
+from encoders.embed.forward import CompiledForward, embed_texts  # noqa: E402
+from encoders.model import load_encoder, resolve_model, resolve_precision  # noqa: E402
 from sciencemap.text import paper_text  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0, "A800": 312.0,
-                    "L40S": 362.0, "L4": 121.0, "A10": 125.0}   # dense bf16 tensor-core peaks
 
 
 def load_texts(n: int) -> list[str]:
@@ -136,57 +130,6 @@ def cpu_section(args) -> None:
               f"min cosine {cos.min():.6f}")
 
 
-def gpu_section(args, simulate: bool = False) -> None:
-    from transformers import AutoModel, AutoTokenizer, BertConfig
-
-    if simulate:
-        dev, layers, n_docs, name = torch.device("cpu"), 2, 64, "CPU (simulated, not a measurement)"
-    else:
-        dev, layers, n_docs, name = torch.device("cuda"), 12, args.gpu_docs, torch.cuda.get_device_name(0)
-    seq, hidden = 256, 768
-    conf = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=12,
-                      intermediate_size=4 * hidden, max_position_embeddings=512)
-    torch.manual_seed(0)
-    model = AutoModel.from_config(conf, attn_implementation="sdpa").to(dev).eval()
-    tok = AutoTokenizer.from_pretrained(resolve_model("minilm"), local_files_only=True)
-    enc = Encoder(model=model, tokenizer=tok, pooling="mean", max_length=seq, device=dev, path=Path("."))
-    rng = np.random.default_rng(0)
-    docs = rng.integers(1000, 30000, size=(n_docs, seq)).tolist()
-    params = sum(p.numel() for n_, p in model.named_parameters() if "embeddings" not in n_)
-    flops_per_token = 2 * params + 4 * layers * seq * hidden   # matmuls + QK^T and AV
-    bs = args.gpu_batch_size
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    eager_rate = None
-    for mode, forward in (("eager", None), ("torch.compile", CompiledForward(model, "mean"))):
-        def once():
-            embed_token_ids(enc, docs, bs, bs * seq, "bfloat16", forward=forward)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-
-        t0 = time.perf_counter()
-        once()  # warm-up (and the compile)
-        warm = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        reps = 1 if simulate else 3
-        for _ in range(reps):
-            once()
-        dt = (time.perf_counter() - t0) / reps
-        tok_s = n_docs * seq / dt
-        achieved = tok_s * flops_per_token
-        print(f"\nGPU section on {name}, {mode}: BERT-base-sized ({layers} layers, {params / 1e6:.1f}M "
-              f"non-embedding params), {seq} tokens/doc, bf16, batch {bs}: {tok_s:,.0f} tokens/s, "
-              f"{n_docs / dt:,.0f} docs/s, {achieved / 1e12:.1f} TFLOP/s (first call {warm:.1f}s)")
-        if eager_rate:
-            print(f"  torch.compile / eager: {tok_s / eager_rate:.2f}")
-        eager_rate = eager_rate or tok_s
-        if peak and not simulate:
-            print(f"  model FLOP utilisation: {achieved / (peak * 1e12):.1%} of {peak:.0f} TFLOP/s bf16 peak")
-        elif not simulate:
-            print("  model FLOP utilisation: unknown GPU peak; pass --peak-tflops")
-        print(f"  projected for 33M papers at {seq} tokens each on this one device: "
-              f"{33e6 * seq / tok_s / 3600:.2f} hours")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
@@ -196,23 +139,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=8192)
     ap.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default is 32")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--gpu-docs", type=int, default=4096)
-    ap.add_argument("--gpu-batch-size", type=int, default=256)
-    ap.add_argument("--peak-tflops", type=float, default=0.0)
-    ap.add_argument("--skip-cpu", action="store_true")
-    ap.add_argument("--simulate-gpu-section", action="store_true")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not args.skip_cpu:
-        cpu_section(args)
-    if torch.cuda.is_available():
-        gpu_section(args)
-    else:
-        print("\nGPU section: no CUDA GPU present; skipped")
-        if args.simulate_gpu_section:
-            gpu_section(args, simulate=True)
-
+    cpu_section(args)
 
 if __name__ == "__main__":
     main()

@@ -80,7 +80,16 @@ def inference_forward(enc, compile_mode: str, n_tokens: int) -> Callable:
     check_compile_mode(compile_mode)
     least = COMPILE_MIN_TOKENS_CUDA if enc.device.type == "cuda" else COMPILE_MIN_TOKENS
     use = compile_mode == "on" or (compile_mode == "auto" and n_tokens >= least)
-    return CompiledForward(enc.model, enc.pooling) if use else PooledForward(enc.model, enc.pooling)
+    return compiled_forward(enc.model, enc.pooling) if use else PooledForward(enc.model, enc.pooling)
+
+
+def compiled_forward(model: torch.nn.Module, pooling: str) -> CompiledForward:
+    """The model's CompiledForward, made once per model and pooling: a second pass in the same
+    process (a benchmark, a notebook) reuses the compiled code instead of compiling again."""
+    cache = model.__dict__.setdefault("_sciencemap_compiled", {})
+    if pooling not in cache or cache[pooling].failed:
+        cache[pooling] = CompiledForward(model, pooling)
+    return cache[pooling]
 
 
 def compile_outcome(forward: Callable) -> dict:

@@ -350,7 +350,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     return {"embeddings_dir": str(out), "papers": sum(r["papers"] for r in records.values()),  # rank 0: all
             "input_rows": plan.n_rows, "dim": enc.dim, "shards": n_shards,
             "shards_resumed": len(done), "shards_this_rank": len(todo), "rank": rank, "world_size": world,
-            "embedded_now": progress.docs, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
+            "embedded_now": progress.docs, "tokens_embedded": progress.tokens, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,
             "padding": round(progress.padded / progress.tokens, 4) if progress.tokens else None,
             "embed_seconds": round(s, 2), "precision": precision, "max_length": enc.max_length,

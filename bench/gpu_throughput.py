@@ -1,0 +1,288 @@
+"""GPU throughput of the encoder jobs, in one run on the same texts: the bare compiled forward, the
+embed job end to end, and training steps at the seed recipe and at micro-batches of 64.
+
+    .venv/bin/python bench/gpu_throughput.py                 # on a CUDA machine (make install first)
+    .venv/bin/python bench/gpu_throughput.py --dry-run       # on a CPU: a tiny model, to check the code
+
+Without a usable CUDA device it stops with an error (exit 2) instead of running on the CPU; only
+--dry-run runs on the CPU, and its figures are labelled as no measurement.
+
+Texts: the sample's PubMed titles + abstracts, repeated under distinct ids up to --docs papers, cut
+at --max-length (256) tokens. Model: a BERT-base-sized encoder (12 layers, hidden 768, random
+weights, the shipped MiniLM's BERT vocabulary) written as a local model directory, or --model PATH
+(e.g. SciBERT). Everything in bf16 (autocast).
+
+  bare forward   the embed job's batches (its CUDA batch shape), already padded and on the device,
+                 through the compiled forward (encoders.embed.forward.CompiledForward, pooling
+                 included); one synchronisation at the end. The compile is timed apart.
+  embed job      encoders.embed.run_embed on a run holding the papers (Parquet in, shards out), with
+                 the job's defaults on CUDA; the compiled forward is the one already built (a long
+                 job compiles once), so the figure is the steady state; its loop time is from its
+                 summary (feed start-up included), its wall time beside it.
+  training       encoders.train.run_train on seeded random triplets of these papers: the seed recipe
+                 (8 x 4 accumulation) and micro-batches of 64 (eager, and with --train-compile also
+                 compiled); the steps after --warmup-steps are timed between two synchronisations
+                 (after_step hook; the last step is left out: validation follows it inside the loop).
+
+Prints real (unpadded) tokens/s, the ratio to the bare forward, model FLOP utilisation against the
+GPU's dense bf16 peak (forward 2 x non-embedding parameters + attention per token; training 3x that),
+and hours for 33M papers at 256 tokens. Targets (issue 14, H100): embed job >= 0.90 of the bare
+forward and >= 2M real tokens/s; training at batch 64 >= 35% of bf16 peak.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from encoders.config import EmbedConfig, TrainConfig
+from encoders.embed import run_embed
+from encoders.embed.feed import pad_batch, token_budget_batches, tokenize
+from encoders.embed.forward import compiled_forward
+from encoders.embed.job import feed_shape
+from encoders.model import load_encoder, resolve_model
+from encoders.objectives.triplet_table import open_tokens
+from encoders.train import run_train
+from encoders.train_feed import shard_order
+from sciencemap.contracts import SCHEMAS
+from sciencemap.layout import RunLayout
+from sciencemap.runtime import Dist
+from sciencemap.text import paper_text
+
+REPO = Path(__file__).resolve().parents[1]
+# Dense bf16 tensor-core peaks (TFLOP/s) by device name; the first match wins.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("H800", 989.0), ("GH200", 989.0),
+                    ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0))
+PAPERS_AT_SCALE = 33e6
+
+
+def peak_tflops(name: str, given: float) -> float | None:
+    return given or next((v for k, v in PEAK_BF16_TFLOPS if k in name), None)
+
+
+def texts_from_sample(n: int) -> tuple[list[str], list[str | None], list[str | None]]:
+    frames = [pd.read_csv(f, usecols=["pmid", "Title", "abstractText"])
+              for f in sorted((REPO / "sample" / "pubmed").glob("*.csv.gz"))]
+    df = pd.concat(frames, ignore_index=True)
+    df = df[[bool(paper_text(t, a)) for t, a in zip(df.Title, df.abstractText)]]
+    reps = -(-n // len(df))
+    ids = [f"pmid:{p}#{r}" for r in range(reps) for p in df.pmid][:n]
+    return ids, (list(df.Title) * reps)[:n], (list(df.abstractText) * reps)[:n]
+
+
+def make_run(root: Path, ids, titles, abstracts, n_triplets: int) -> RunLayout:
+    lay = RunLayout(root)
+    n = len(ids)
+    cols = {"paper_id": ids, "title": titles, "abstract": abstracts}
+    papers = pa.table({f.name: cols.get(f.name, [None] * n) for f in SCHEMAS["papers"]}, schema=SCHEMAS["papers"])
+    lay.table("papers").mkdir(parents=True)
+    pq.write_table(papers, lay.table("papers") / "part-00000.parquet", row_group_size=16384)
+    rng = np.random.default_rng(0)
+    a, p, q = (rng.integers(0, n, n_triplets) for _ in range(3))
+    split = ["train"] * n_triplets
+    split[:8] = ["val"] * 8
+    trip = pa.table({"anchor_id": [ids[i] for i in a], "positive_id": [ids[i] for i in p],
+                     "negative_id": [ids[i] for i in q], "negative_kind": ["hard"] * n_triplets, "split": split},
+                    schema=SCHEMAS["triplets"])
+    lay.table("triplets").mkdir(parents=True)
+    pq.write_table(trip, lay.table("triplets") / "part-00000.parquet")
+    return lay
+
+
+def make_model(dest: Path, layers: int, hidden: int, heads: int) -> Path:
+    """A BERT encoder with random weights and the shipped MiniLM's (BERT uncased) tokenizer."""
+    from transformers import AutoModel, AutoTokenizer, BertConfig
+
+    conf = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      intermediate_size=4 * hidden, max_position_embeddings=512)
+    torch.manual_seed(0)
+    AutoModel.from_config(conf).save_pretrained(dest)
+    AutoTokenizer.from_pretrained(resolve_model("minilm"), local_files_only=True).save_pretrained(dest)
+    return dest
+
+
+def flops_per_token(model: torch.nn.Module, seq: int) -> float:
+    """Forward FLOPs per token: 2 x non-embedding parameters (matmuls) + QK^T and AV over `seq`."""
+    conf = model.config
+    params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n and "pooler" not in n)
+    return 2 * params + 4 * conf.num_hidden_layers * seq * conf.hidden_size
+
+
+class Report:
+    def __init__(self, peak: float | None, dry: bool, fpt: float):
+        self.peak, self.dry, self.fpt, self.bare, self.rows = peak, dry, fpt, None, []
+
+    def line(self, name: str, tokens: int, seconds: float, train: bool = False, extra: str = "") -> float:
+        rate = tokens / seconds
+        flops = rate * self.fpt * (3 if train else 1)
+        mfu = f"{flops / (self.peak * 1e12):.1%} of {self.peak:.0f} TFLOP/s" if self.peak and not self.dry else "n/a"
+        ratio = f"{rate / self.bare:.2f}" if self.bare and not train else "-"
+        hours = PAPERS_AT_SCALE * 256 / rate / 3600
+        print(f"{name:<44} {rate:>14,.0f} {ratio:>8} {flops / 1e12:>9.1f} {mfu:>22} {hours:>9.2f}  {extra}", flush=True)
+        self.rows.append({"name": name, "tokens_per_s": rate, "ratio_to_bare": rate / self.bare if self.bare else None,
+                          "tflops": flops / 1e12, "hours_33M": hours})
+        return rate
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bare_forward(enc, texts: list[str], shape, warm_docs: int) -> tuple[int, float, float]:
+    """(real tokens, seconds, compile seconds) of the compiled forward over the job's batches, on the device."""
+    ids = tokenize(enc.tokenizer, texts, enc.max_length)
+    lengths = [len(x) for x in ids]
+    pad_id = enc.tokenizer.pad_token_id or 0
+    batches = []
+    for s in range(0, len(ids), shape.chunk_rows):   # the job sorts within chunks: so does this
+        part = ids[s:s + shape.chunk_rows]
+        for idx in token_budget_batches([len(x) for x in part], shape.batch_size, shape.max_tokens,
+                                        shape.pad_limit, shape.min_batch_tokens):
+            b = pad_batch(part, idx, pad_id, shape.pad_multiple).to(enc.device)
+            batches.append((b["input_ids"], b["attention_mask"]))
+    forward = compiled_forward(enc.model, enc.pooling)
+    with torch.inference_mode(), enc.inference_autocast("bfloat16"):
+        t0 = time.perf_counter()
+        for x, m in batches[:max(1, warm_docs)]:   # compile (dynamic shapes) and warm the allocator
+            forward(x, m)
+        sync(enc.device)
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for x, m in batches:
+            forward(x, m)
+        sync(enc.device)
+        seconds = time.perf_counter() - t0
+    if forward.failed:
+        raise SystemExit(f"the compiled forward failed: {forward.failed}")
+    return sum(lengths), seconds, compile_s
+
+
+def train_tokens(lay: RunLayout, cfg: TrainConfig, first_step: int, last_step: int) -> int:
+    """Real tokens of the micro-batches of optimizer steps (first_step, last_step] (epoch 0, one rank)."""
+    data = open_tokens(next(p for p in lay.train_tokens_dir.iterdir() if p.is_dir()))
+    lengths = np.array([len(t) for t in data.tokens(np.arange(data.papers.num_rows))])
+    order = shard_order(len(data.train["a"]), cfg.seed, 0)
+    rows = order[first_step * cfg.batch_size * cfg.grad_accum:last_step * cfg.batch_size * cfg.grad_accum]
+    return int(sum(lengths[data.train[c][rows]].sum() for c in ("a", "p", "n")))
+
+
+def time_training(lay: RunLayout, model_dir: Path, device: str, batch: int, accum: int, steps: int, warm: int,
+                  max_length: int, compile_model: bool) -> tuple[int, float]:
+    marks = {}
+    last = steps - 1   # the last step is followed by validation, inside the loop: not timed
+
+    def hook(step: int) -> None:
+        if step in (warm, last):
+            sync(torch.device(device))
+            marks[step] = time.perf_counter()
+
+    shutil.rmtree(lay.model_dir, ignore_errors=True)
+    cfg = TrainConfig(model=str(model_dir), batch_size=batch, grad_accum=accum, max_steps=steps, log_every=steps,
+                      max_length=max_length, checkpoint_every=0, val_max=8, device=device, margin=1.0,
+                      compile=compile_model, resume=False)
+    run_train(cfg, lay, after_step=hook)
+    return train_tokens(lay, cfg, warm, last), marks[last] - marks[warm]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dry-run", action="store_true", help="a tiny model on the CPU: checks the code, measures nothing")
+    ap.add_argument("--model", default="", help="a local model directory (default: a BERT-base-sized random one)")
+    ap.add_argument("--docs", type=int, default=0, help="papers (default 300,000; dry run 96)")
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--train-steps", type=int, default=0, help="optimizer steps per training variant (default 40; dry run 3)")
+    ap.add_argument("--warmup-steps", type=int, default=0, help="untimed first steps (default 10; dry run 1)")
+    ap.add_argument("--train-compile", action="store_true", help="also time batch 64 with the compiled model")
+    ap.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak, if not in the table")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+
+    dry = args.dry_run
+    if not dry:
+        if not torch.cuda.is_available():
+            print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
+                  f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
+                  "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+            sys.exit(2)
+        device, name = torch.device("cuda"), torch.cuda.get_device_name(0)
+        docs, steps, warm = args.docs or 300_000, args.train_steps or 40, args.warmup_steps or 10
+        layers, hidden, heads = 12, 768, 12
+    else:
+        device, name = torch.device("cpu"), "CPU (dry run: a tiny model, not a measurement)"
+        docs, steps, warm = args.docs or 96, args.train_steps or 4, args.warmup_steps or 1
+        layers, hidden, heads = 2, 64, 2
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+    peak = peak_tflops(name, args.peak_tflops)
+    tmp = Path(tempfile.mkdtemp(prefix="sciencemap-gpu-bench-"))
+    try:
+        model_dir = Path(args.model) if args.model else make_model(tmp / "model", layers, hidden, heads)
+        ids, titles, abstracts = texts_from_sample(docs)
+        n_trip = max(steps * 64 * 1 + 64, steps * 32 + 32) + 8
+        lay = make_run(tmp / "run", ids, titles, abstracts, n_trip)
+        enc = load_encoder(str(model_dir), "mean", args.max_length, device.type)
+        shape = feed_shape(EmbedConfig(), enc, Dist())
+        fpt = flops_per_token(enc.model, args.max_length)
+        print(f"device {name}; torch {torch.__version__}; model {model_dir.name if args.model else ('a tiny BERT' if dry else 'BERT-base-sized')} "
+              f"({layers if not args.model else enc.model.config.num_hidden_layers} layers, hidden {enc.dim}); "
+              f"{docs:,} papers, max_length {enc.max_length}; bf16; embed batches <= {shape.batch_size} docs / "
+              f"{shape.max_tokens:,} tokens, chunks of {shape.chunk_rows}, {shape.workers} feed workers; "
+              f"peak {peak or 'unknown'} TFLOP/s")
+        rep = Report(peak, dry, fpt)
+        print(f"\n{'':<44} {'real tokens/s':>14} {'/ bare':>8} {'TFLOP/s':>9} {'MFU':>22} {'h @ 33M':>9}")
+
+        texts = [paper_text(t, a, enc.sep) for t, a in zip(titles, abstracts)]
+        tokens, seconds, compile_s = bare_forward(enc, texts, shape, warm_docs=8)
+        rep.bare = rep.line("bare compiled forward", tokens, seconds, extra=f"(compile + warm-up {compile_s:.1f}s)")
+
+        cfg = EmbedConfig(model=str(model_dir), max_length=args.max_length, device=device.type, compile="on",
+                          precision="bfloat16")
+        t0 = time.perf_counter()
+        s = run_embed(cfg, lay, encoder=enc)
+        wall = time.perf_counter() - t0
+        embed_rate = rep.line("embed job (loop: feed + forward + writes)", s["tokens_embedded"],
+                              s["embed_seconds"], extra=f"(whole job {wall:.1f}s; padding {s['padding']}x; "
+                                                        f"{s['papers']:,} papers)")
+        rep.line("embed job (whole call)", s["tokens_embedded"], wall)
+
+        del enc
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        variants = [("training, seed recipe 8 x 4", 8, 4, False), ("training, batch 64", 64, 1, False)]
+        if args.train_compile:
+            variants.append(("training, batch 64, compiled", 64, 1, True))
+        train_rates = {}
+        for label, b, a, comp in variants:
+            tok, sec = time_training(lay, model_dir, device.type, b, a, steps, warm, args.max_length, comp)
+            trip_s = (steps - 1 - warm) * b * a / sec
+            train_rates[label] = rep.line(label, tok, sec, train=True, extra=f"({trip_s:,.0f} triplets/s)")
+
+        print("\ntargets (H100, BERT-base, 256 tokens, bf16):")
+        if dry:
+            print("  dry run: the figures above check the code path only")
+        else:
+            ok1 = embed_rate >= 0.9 * rep.bare
+            ok2 = embed_rate >= 2e6
+            mfu64 = train_rates["training, batch 64"] * fpt * 3 / (peak * 1e12) if peak else float("nan")
+            print(f"  embed job / bare forward {embed_rate / rep.bare:.2f} (>= 0.90): {'met' if ok1 else 'MISSED'}")
+            print(f"  embed job {embed_rate / 1e6:.2f}M real tokens/s (>= 2M): {'met' if ok2 else 'MISSED'}")
+            print(f"  training at batch 64 {mfu64:.1%} of bf16 peak (>= 35%): {'met' if mfu64 >= 0.35 else 'MISSED'}")
+        if args.json:
+            args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows}, indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
