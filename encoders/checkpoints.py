@@ -2,7 +2,7 @@
 whole or not at all (sciencemap.storage.atomic_dir).
 
 A checkpoint holds model, optimizer, scheduler, every rank's RNG states and the step, which fixes
-the data position (the order is a pure function of seed, epoch and rank: encoders.train.shard_order).
+the data position (the order is a pure function of seed, epoch and rank: encoders.train_feed.shard_order).
 meta.json carries the fingerprint of the settings, data and world size that wrote it; only a
 checkpoint with the current fingerprint is resumed from.
 """

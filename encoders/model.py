@@ -192,24 +192,15 @@ class Encoder:
     def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
         return self.forward(self.tokenize(texts))
 
-    @torch.inference_mode()
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Vectors for texts, in input order (eval mode, no gradients)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            parts = [self.embed_texts(texts[i:i + batch_size]).cpu().numpy()
-                     for i in range(0, len(texts), batch_size)]
-        finally:
-            self.model.train(was_training)
-        if not parts:
-            return np.zeros((0, self.dim), np.float32)
-        return np.concatenate(parts).astype(np.float32, copy=False)
+        """Vectors for texts, in input order (eval mode, no gradients), in consecutive batches
+        padded to their longest."""
+        return self.encode_ids(self.token_ids(list(texts)), batch_size)
 
     @torch.inference_mode()
     def encode_ids(self, token_lists: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
-        """encode() for pre-tokenized texts: consecutive batches padded to their longest, so the
-        vectors are those encode() gives for the same texts."""
+        """Vectors for pre-tokenized texts (token_ids), in input order (eval mode, no gradients),
+        in consecutive batches padded to their longest."""
         was_training = self.model.training
         self.model.eval()
         try:

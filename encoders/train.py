@@ -1,12 +1,14 @@
 """Fine-tune an encoder on importance-aware triplets (METHODS.md §4) with a pluggable objective.
 
 The loop here is the same for every objective (encoders.objectives): it reads the objective's input
-(`triplets` split=train / val joined to `papers` text), asks the objective for each micro-batch's
-loss, and owns the optimizer, schedule, processes, checkpoints (encoders.checkpoints) and export
-(encoders.export). The default objective is the triplet margin loss on L2 distance. Defaults are
+(`triplets` split=train / val joined to `papers` text, tokenized once by rank 0 into memory-mapped
+Arrow files: encoders.objectives.triplet_table), takes each rank's micro-batches from a DataLoader
+(encoders.train_feed), asks the objective for each micro-batch's loss, and owns the optimizer,
+schedule, processes, checkpoints (encoders.checkpoints) and export (encoders.export). Step losses
+stay on the device until a log line (one synchronisation per `log_every` steps). The default objective is the triplet margin loss on L2 distance. Defaults are
 the seed recipe: AdamW lr 2e-5, batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear
-decay, max_length 256. On CUDA: bf16 autocast and SDPA attention (chosen at run time by
-encoders.model). Several processes: `torchrun --nproc_per_node=N -- jobs/train.py --run-dir ...`
+decay, max_length 256. On CUDA: bf16 autocast, SDPA attention (chosen at run time by
+encoders.model) and fused AdamW; opt-in torch.compile, gradient checkpointing and length buckets. Several processes: `torchrun --nproc_per_node=N -- jobs/train.py --run-dir ...`
 (DistributedDataParallel; nccl on CUDA, gloo on CPU); each rank takes a disjoint slice of every
 epoch's seeded permutation; rank 0 alone writes log, checkpoints, model.
 
