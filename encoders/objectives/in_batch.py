@@ -56,7 +56,10 @@ class InBatchObjective(Objective):
     def loss(self, anchor, positive, negative, batch: TripletBatch | None = None) -> torch.Tensor:
         logits = self.scale * self.score_matrix(anchor, torch.cat([positive, negative]))
         if batch is not None:
-            logits = logits.masked_fill(false_negative_mask(batch).to(logits.device), float("-inf"))
+            mask = false_negative_mask(batch)
+            if logits.is_cuda:   # pinned and non-blocking: no wait for the GPU in the training step
+                mask = mask.pin_memory().to(logits.device, non_blocking=True)
+            logits = logits.masked_fill(mask, float("-inf"))
         target = torch.arange(len(anchor), device=logits.device)
         return F.cross_entropy(logits, target)
 
