@@ -223,7 +223,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     # Field values in tuple tooltips are inserted as text by BokehJS (no "{safe}" anywhere).
     p.add_tools(HoverTool(renderers=[circles], tooltips=[
         ("topic", "@label"), ("papers", "@size"), ("main field", "@main_field"), ("mean year", "@mean_year"),
-        ("interdisciplinarity", "@inter"), ("examples", "@examples")]))
+        ("interdisciplinarity (DIV)", "@inter"), ("examples", "@examples")]))
     n_lab = min(cfg.labels_on_map, len(t))
     big = np.argsort(-size, kind="stable")[:n_lab]
     lab_src = ColumnDataSource({"x": [data["x"][i] for i in big], "y": [data["y"][i] for i in big],
@@ -234,7 +234,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     p.xaxis.visible = p.yaxis.visible = False
     p.grid.visible = False
     select = Select(title="Colour topics by", value="c_field",
-                    options=[("c_field", "main field"), ("c_year", "mean year"), ("c_inter", "interdisciplinarity")])
+                    options=[("c_field", "main field"), ("c_year", "mean year"), ("c_inter", "interdisciplinarity (DIV)")])
     select.js_on_change("value", CustomJS(args={"src": src}, code="""
         const d = Object.assign({}, src.data);
         d.color = d[cb_obj.value];
@@ -244,7 +244,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         TableColumn(field="label", title="topic", width=360), TableColumn(field="size", title="papers", width=70),
         TableColumn(field="main_field", title="main field", width=200),
         TableColumn(field="mean_year", title="mean year", width=80),
-        TableColumn(field="inter", title="interdisciplinarity", width=110)])
+        TableColumn(field="inter", title="interdisciplinarity (DIV)", width=110)])
     return file_html(column(select, p, table), resources=INLINE, title=cfg.title)
 
 

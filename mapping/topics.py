@@ -7,12 +7,13 @@
 - main_field = most frequent `fields` value of its papers (ties alphabetical); if none of its
   papers has a field, its most frequent `source`.
 - mean_year over papers with a year (NaN when none).
-- Interdisciplinarity = DIV* (Leydesdorff, Wagner & Bornmann 2019) over the `fields` categories
-  of the topic's papers: n_c · (1 − Gini) · Σ_{k≠l} d_kl, sum over ORDERED pairs of present
-  categories (each unordered pair counted twice), Gini over the present categories' paper counts
-  (a paper with several fields counts once for each), d_kl = 1 − cosine of the categories'
-  co-occurrence profiles (row k of FᵀF, F = paper × category 0/1 over the whole corpus; two
-  categories never sharing a paper have d = 1). 0 when n_c = 1; NaN when no paper has a field.
+- Interdisciplinarity = DIV ∈ [0, 1] (Leydesdorff, Wagner & Bornmann 2019) over the `fields`
+  categories of the topic's papers: (n_c / N) · (1 − Gini) · Σ_{k≠l} d_kl / (n_c (n_c − 1)), the
+  sum over ORDERED pairs of present categories, N the categories on the map, Gini over the present
+  categories' paper counts (a paper with several fields counts once for each), d_kl = 1 − cosine
+  of the categories' co-occurrence profiles (row k of FᵀF, F = paper × category 0/1 over the whole
+  corpus; two categories never sharing a paper have d = 1). 0 when n_c = 1; NaN when no paper has
+  a field. DIV* = N · DIV (div_star).
 
 Scale (33M papers, 5 resolutions): the per-paper inputs are sparse matrices and arrays built once
 (mapping.io.load_row_meta): the paper × title-word matrix P comes from ONE vocabulary fitted over
@@ -261,20 +262,28 @@ def category_disparity(F: sp.csr_matrix) -> np.ndarray:
     return np.clip(1.0 - Cn @ Cn.T, 0.0, 1.0)
 
 
-def _div_star_present(counts: np.ndarray, d: np.ndarray) -> float:
-    """DIV* from the present categories' counts and their disparity submatrix."""
+def _div_present(counts: np.ndarray, d: np.ndarray, n_categories: int) -> float:
+    """DIV (docs/METHODS.md §5.4) from the present categories' counts and their disparity
+    submatrix: variety n_c / N × balance (1 − Gini) × disparity (mean d_kl over ordered pairs k ≠ l)."""
     n_c = len(counts)
     if n_c == 0:
         return float("nan")
     if n_c == 1:
         return 0.0
-    return float(n_c * (1 - _gini(counts)) * (d.sum() - np.trace(d)))
+    disparity = (d.sum() - np.trace(d)) / (n_c * (n_c - 1))
+    return float(n_c / n_categories * (1 - _gini(counts)) * disparity)
+
+
+def div(counts: np.ndarray, disparity: np.ndarray) -> float:
+    """DIV ∈ [0, 1] of one topic: `counts` its papers per category (N = len(counts), the
+    classification's categories), `disparity` the N × N d_kl (category_disparity)."""
+    present = np.flatnonzero(np.asarray(counts) > 0)
+    return _div_present(np.asarray(counts)[present], disparity[np.ix_(present, present)], len(counts))
 
 
 def div_star(counts: np.ndarray, disparity: np.ndarray) -> float:
-    """DIV* = n_c · (1 − Gini) · Σ_{k≠l} d_kl over the present categories (ordered pairs)."""
-    present = np.flatnonzero(np.asarray(counts) > 0)
-    return _div_star_present(np.asarray(counts)[present], disparity[np.ix_(present, present)])
+    """DIV* = N · DIV (the variant without variety's division by N) ∈ [0, N]."""
+    return len(counts) * div(counts, disparity)
 
 
 def _field_list(fl) -> list[str]:
@@ -462,7 +471,8 @@ def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: in
             a, b = ip[t], ip[t + 1]
             if b > a:
                 present = ix[a:b]
-                inter[t] = _div_star_present(dat[a:b].astype(np.float64), disparity[np.ix_(present, present)])
+                inter[t] = _div_present(dat[a:b].astype(np.float64), disparity[np.ix_(present, present)],
+                                        disparity.shape[0])
 
     if data.word_row is None:
         word_labels = labels

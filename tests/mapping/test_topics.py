@@ -5,17 +5,32 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mapping.topics import (div_star, example_titles, field_matrix, topic_labels, topic_overlays,
+from mapping.topics import (div, div_star, example_titles, field_matrix, topic_labels, topic_overlays,
                             topic_vectors)
 
 
 def test_interdisciplinarity():
+    """DIV and DIV* (METHODS.md §5.4) against hand computations."""
     d = np.array([[0, 1, 0.5], [1, 0, 0.2], [0.5, 0.2, 0]])
-    assert div_star(np.array([7, 0, 0]), d) == 0.0          # one category -> 0
-    assert np.isnan(div_star(np.array([0, 0, 0]), d))       # no categories -> undefined
-    assert div_star(np.array([3, 3, 0]), d) == pytest.approx(2 * 1.0 * 2)   # n_c·(1−0)·(1+1)
-    unbalanced = div_star(np.array([5, 1, 0]), d)
-    assert 0 < unbalanced < 4                               # Gini > 0 lowers it
+    assert div(np.array([7, 0, 0]), d) == 0.0 == div_star(np.array([7, 0, 0]), d)   # one category -> 0
+    assert np.isnan(div(np.array([0, 0, 0]), d))            # no categories -> undefined
+    # two equally sized, maximally distant categories of N = 3: variety 2/3, balance 1, disparity
+    # (d_01 + d_10) / (2 · 1) = 1
+    assert div(np.array([3, 3, 0]), d) == pytest.approx(2 / 3)
+    assert div_star(np.array([3, 3, 0]), d) == pytest.approx(2.0)
+    assert div(np.array([3, 3]), np.array([[0, 1], [1, 0]])) == pytest.approx(1.0)   # N = 2: the maximum
+    # three present, counts 1, 2, 3: Gini = 2(1 + 4 + 9)/(3 · 6) − 4/3 = 2/9; disparity = 2(1 + .5 + .2)/6
+    assert div(np.array([1, 2, 3]), d) == pytest.approx(1 * (1 - 2 / 9) * (3.4 / 6))
+    unbalanced = div(np.array([5, 1, 0]), d)
+    assert 0 < unbalanced < 2 / 3                           # Gini > 0 lowers it
+    rng = np.random.default_rng(0)
+    for _ in range(200):                                    # DIV <= 1 whatever the counts and distances
+        n = int(rng.integers(2, 12))
+        r = rng.random((n, n))
+        dd = np.triu(r, 1) + np.triu(r, 1).T
+        counts = rng.integers(0, 5, n) * (rng.random(n) < 0.7)
+        v = div(counts, dd)
+        assert np.isnan(v) or 0 <= v <= 1
     papers = pd.DataFrame({"title": ["a b", "c d", "e f", "g h"], "year": [2000, 2002, None, 2010],
                            "fields": [["Bio"], ["Bio"], ["Bio", "CS"], ["CS"]], "source": ["x"] * 4})
     ov = topic_overlays(papers, np.array([0, 0, 1, 1]))
