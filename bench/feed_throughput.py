@@ -45,10 +45,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from encoders.embed.feed import FeedSpec, feed_chunks, plan_input, prepare_chunk, token_budget_batches, tokenize
+from encoders.embed.feed import FeedSpec, feed_chunks, plan_input, prepare_chunk, read_chunk, token_budget_batches
 from encoders.embed.job import (CUDA_BATCH, CUDA_CHUNK_ROWS, CUDA_MAX_TOKENS_CAP, CUDA_MIN_BATCH_TOKENS,
                                 CUDA_PAD_LIMIT, CUDA_PAD_MULTIPLE)
-from encoders.model import load_encoder
+from encoders.model import load_encoder, token_ids
 from encoders.objectives.triplet_table import open_tokens, prepare_tokens
 from encoders.train_feed import RankSampler, micro_batches
 from sciencemap.contracts import SCHEMAS
@@ -124,8 +124,7 @@ def embed_padding(enc, papers: Path, max_length: int) -> dict:
     lengths = []
     for k in range(plan.n_shards(10_000)):
         lo, hi = plan.shard_rows(k, 10_000)
-        from encoders.embed.feed import read_chunk
-        lengths.append([len(t) for t in tokenize(enc.tokenizer, read_chunk(spec, lo, hi)[1], max_length)])
+        lengths.append([len(t) for t in token_ids(enc.tokenizer, read_chunk(spec, lo, hi)[1], max_length)])
     real = sum(sum(x) for x in lengths)
     unsorted = sum(max(ls[i:i + 128]) * len(ls[i:i + 128]) for ls in lengths for i in range(0, len(ls), 128))
     prev = sum(len(b) * max(ls[j] for j in b) for ls in lengths for b in token_budget_batches(ls, 128, 8192))

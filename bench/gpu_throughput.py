@@ -49,7 +49,8 @@ import torch
 
 from encoders.config import EmbedConfig, TrainConfig
 from encoders.embed import run_embed
-from encoders.embed.feed import pad_batch, token_budget_batches, tokenize
+from encoders.embed.feed import pad_batch, token_budget_batches
+from encoders.model import token_ids
 from encoders.embed.forward import compiled_forward
 from encoders.embed.job import feed_shape
 from encoders.model import load_encoder, resolve_model
@@ -143,7 +144,7 @@ def sync(device: torch.device) -> None:
 
 def bare_forward(enc, texts: list[str], shape) -> tuple[int, float, float]:
     """(real tokens, seconds, compile seconds) of the compiled forward over the job's batches, on the device."""
-    ids = tokenize(enc.tokenizer, texts, enc.max_length)
+    ids = token_ids(enc.tokenizer, texts, enc.max_length)
     lengths = [len(x) for x in ids]
     pad_id = enc.tokenizer.pad_token_id or 0
     batches = []

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -79,6 +80,26 @@ def default_pooling(model_dir: Path) -> str:
         if conf.get("pooling_mode_cls_token") and not conf.get("pooling_mode_mean_tokens"):
             return "cls"
     return "mean"
+
+
+def token_ids(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, truncated to max_length, unpadded (one fast-tokenizer call): what
+    every path that tokenizes ahead of the model (embed feed, training cache, validation) uses."""
+    if not texts:
+        return []
+    return tokenizer(list(texts), truncation=True, max_length=max_length, padding=False,
+                     return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+
+def pad_rows(token_lists: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists padded to the longest (rounded up to `multiple`): int64 (input_ids,
+    attention_mask), filled in one vectorised step."""
+    lengths = np.fromiter((len(x) for x in token_lists), np.int64, len(token_lists))
+    width = -(-int(lengths.max(initial=0)) // multiple) * multiple
+    ids = np.full((len(token_lists), width), pad_id, np.int64)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    ids[mask] = np.fromiter(chain.from_iterable(token_lists), np.int64, int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -166,22 +187,14 @@ class Encoder:
 
     def pad(self, id_lists: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
         """Pad pre-tokenized ids to the longest of the batch (no further): input_ids + attention_mask."""
-        n, width = len(id_lists), max(len(x) for x in id_lists)
-        ids = np.full((n, width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
-        mask = np.zeros((n, width), dtype=np.int64)
-        for i, x in enumerate(id_lists):
-            ids[i, :len(x)] = x
-            mask[i, :len(x)] = 1
+        ids, mask = pad_rows(id_lists, self.tokenizer.pad_token_id or 0)
         pin = self.device.type == "cuda"
-        out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        out = {"input_ids": ids, "attention_mask": mask}
         return {k: (v.pin_memory() if pin else v).to(self.device, non_blocking=pin) for k, v in out.items()}
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, truncated to max_length, unpadded (one fast-tokenizer call)."""
-        if not texts:
-            return []
-        return self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False,
-                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        return token_ids(self.tokenizer, texts, self.max_length)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors (float32) for a tokenized batch; keeps the autograd graph."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import islice
 from typing import Iterator
 
 import numpy as np
@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from encoders.embed.feed import Batch, pad_batch, token_budget_batches
+from encoders.model import pad_rows
 from encoders.objectives.triplet_table import TripletTokens
 
 
@@ -91,16 +92,6 @@ class TokenBatch:
         inverse = torch.empty_like(torch.cat(where))
         inverse[torch.cat(where)] = torch.arange(len(inverse), device=inverse.device)
         return torch.cat(outs)[inverse]
-
-
-def pad_rows(token_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists padded to the longest: (input_ids, attention_mask), int64, in one fill."""
-    lengths = np.fromiter((len(x) for x in token_lists), np.int64, len(token_lists))
-    width = int(lengths.max()) if len(lengths) else 0
-    ids = np.full((len(token_lists), width), pad_id, np.int64)
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    ids[mask] = np.fromiter(chain.from_iterable(token_lists), np.int64, int(lengths.sum()))
-    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
 
 
 class _Rows(Dataset):

@@ -22,7 +22,6 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
@@ -32,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from encoders.model import pad_rows, token_ids
 from sciencemap.runtime import UserError
 from sciencemap.storage import require_table, table_files
 from sciencemap.text import paper_text
@@ -179,14 +179,9 @@ class Batch:
 
 def pad_batch(token_ids: list[list[int]], idx: list[int], pad_id: int, multiple: int = 1) -> Batch:
     """Documents `idx` padded to the batch's longest (rounded up to `multiple`), in one fill."""
-    lengths = np.fromiter((len(token_ids[i]) for i in idx), np.int64, len(idx))
-    width = int(lengths.max())
-    width = -(-width // multiple) * multiple
-    ids = np.full((len(idx), width), pad_id, np.int64)
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    ids[mask] = np.fromiter(chain.from_iterable(token_ids[i] for i in idx), np.int64, int(lengths.sum()))
-    return Batch(torch.as_tensor(np.asarray(idx, np.int64)), torch.from_numpy(ids),
-                 torch.from_numpy(mask.astype(np.int64)), int(lengths.sum()))
+    rows = [token_ids[i] for i in idx]
+    ids, mask = pad_rows(rows, pad_id, multiple)
+    return Batch(torch.as_tensor(np.asarray(idx, np.int64)), ids, mask, sum(len(x) for x in rows))
 
 
 # ---------------------------------------------------------------- chunks
@@ -277,21 +272,13 @@ def read_chunk(spec: FeedSpec, lo: int, hi: int) -> tuple[list[str], list[str], 
     return ids, texts, skipped, hashes
 
 
-def tokenize(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
-    """Token ids per text, truncated to max_length, unpadded (one fast-tokenizer call)."""
-    if not texts:
-        return []
-    return tokenizer(texts, truncation=True, max_length=max_length, padding=False,
-                     return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-
-
 def prepare_chunk(spec: FeedSpec, k: int, lo: int, hi: int, last: bool) -> Chunk:
     """Read, filter, tokenize, bucket by length and pad rows [lo, hi) of shard k."""
     ids, texts, skipped, hashes = read_chunk(spec, lo, hi)
-    token_ids = tokenize(spec.tokenizer, texts, spec.max_length)
-    lengths = [len(x) for x in token_ids]
+    tokens = token_ids(spec.tokenizer, texts, spec.max_length)
+    lengths = [len(x) for x in tokens]
     pad_id = spec.tokenizer.pad_token_id or 0
-    batches = [pad_batch(token_ids, idx, pad_id, spec.pad_multiple)
+    batches = [pad_batch(tokens, idx, pad_id, spec.pad_multiple)
                for idx in token_budget_batches(lengths, spec.batch_size, spec.max_tokens, spec.pad_limit,
                                                spec.min_batch_tokens)]
     return Chunk(k, lo, hi, last, ids, skipped, hashes, batches, sum(lengths),

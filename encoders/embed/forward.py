@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from encoders.config import COMPILE_MODES
-from encoders.embed.feed import Batch, pad_batch, token_budget_batches, tokenize
-from encoders.model import pool, resolve_precision
+from encoders.embed.feed import Batch, pad_batch, token_budget_batches
+from encoders.model import pool, resolve_precision, token_ids
 from sciencemap.runtime import UserError, say
 
 # compile "auto" on a CPU: compile when this process has at least this many tokens to embed
@@ -135,5 +135,5 @@ def embed_texts(enc, texts: list[str], batch_size: int = 128, max_tokens: int = 
     """This system's in-memory embedding path (the benchmark uses it): float32 vectors, input order."""
     enc.model.eval()
     prec = resolve_precision(precision, enc.device)
-    return embed_token_ids(enc, tokenize(enc.tokenizer, list(texts), enc.max_length), batch_size, max_tokens,
+    return embed_token_ids(enc, token_ids(enc.tokenizer, texts, enc.max_length), batch_size, max_tokens,
                            prec, forward=forward).cpu().numpy()

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from encoders.model import token_ids
 from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
 from sciencemap.layout import RunLayout
 from sciencemap.storage import atomic_dir, dataset, sweep_temporaries, table_files
@@ -126,10 +127,9 @@ def _write_papers(layout: RunLayout, ids: set[str], tokenizer, max_length: int, 
         def flush():
             if not pending_ids:
                 return
-            enc = tokenizer(pending_texts, truncation=True, max_length=max_length, padding=False,
-                            return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+            tokens = token_ids(tokenizer, pending_texts, max_length)
             out.write_table(pa.table({"paper_id": pa.array(pending_ids, pa.string()),
-                                      "input_ids": pa.array(enc, pa.list_(pa.int32()))}, schema=TOKENS_SCHEMA))
+                                      "input_ids": pa.array(tokens, pa.list_(pa.int32()))}, schema=TOKENS_SCHEMA))
             pending_ids.clear()
             pending_texts.clear()
 
