@@ -12,7 +12,7 @@ Corpora (real text):
 
 Embed feed (encoders.embed.feed, what jobs/embed.py runs ahead of the model): read Parquet ->
 tokenize -> bucket by length -> pad -> pin (pinning only where CUDA is present), with the CUDA shape
-(encoders.embed.job's CUDA_* settings: chunks of 8,192 rows, the first ones smaller, batches of
+(encoders.embed.job.device_shape on CUDA: chunks of 8,192 rows, the first ones smaller, batches of
 at most 65,536 tokens cut at 10% padding once they hold 8,192, widths not rounded) and --workers DataLoader
 processes; the model is a null one (the batches are counted, not computed).
 Training feed (encoders.objectives.triplet_table + encoders.train_feed): seeded random triplets
@@ -45,10 +45,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from encoders.embed.feed import FeedSpec, feed_chunks, plan_input, prepare_chunk, read_chunk, token_budget_batches
-from encoders.embed.job import (CUDA_BATCH, CUDA_CHUNK_ROWS, CUDA_MAX_TOKENS_CAP, CUDA_MIN_BATCH_TOKENS,
-                                CUDA_PAD_LIMIT, CUDA_PAD_MULTIPLE)
-from encoders.model import load_encoder, token_ids
+from encoders.embed.feed import feed_chunks, plan_input, prepare_chunk
+from encoders.embed.job import CPU_BATCH, device_shape, feed_spec
+from encoders.model import load_encoder
 from encoders.objectives.triplet_table import open_tokens, prepare_tokens
 from encoders.train_feed import RankSampler, micro_batches
 from sciencemap.contracts import SCHEMAS
@@ -58,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 CORES_PER_NODE = 16
 TARGET_PER_CORE = 160_000
+SHARD_ROWS = 10_000
 
 
 def cpu_seconds() -> float:
@@ -115,44 +115,42 @@ def elife_corpus(tmp: Path, repeat: int) -> tuple[str, Path] | None:
             write_papers(tmp / "elife", all_ids, titles * repeat, abstracts * repeat))
 
 
-def embed_padding(enc, papers: Path, max_length: int) -> dict:
-    """Padded / real tokens of the embed batches: unsorted, the previous job's, the CUDA shape."""
-    plan = plan_input(papers)
-    out = {}
-    spec = FeedSpec(plan, enc.tokenizer, max_length, enc.sep, shard_size=10_000, chunk_rows=10_000,
-                    batch_size=128, max_tokens=8192)
-    lengths = []
-    for k in range(plan.n_shards(10_000)):
-        lo, hi = plan.shard_rows(k, 10_000)
-        lengths.append([len(t) for t in token_ids(enc.tokenizer, read_chunk(spec, lo, hi)[1], max_length)])
-    real = sum(sum(x) for x in lengths)
-    unsorted = sum(max(ls[i:i + 128]) * len(ls[i:i + 128]) for ls in lengths for i in range(0, len(ls), 128))
-    prev = sum(len(b) * max(ls[j] for j in b) for ls in lengths for b in token_budget_batches(ls, 128, 8192))
-    out["no bucketing (input order, 128 docs)"] = unsorted / real
-    out["previous job (sorted in 10,000-row shards, 128 docs / 8,192 tokens)"] = prev / real
-    return out
+def embed_padding(enc, papers: Path) -> dict:
+    """Padded / real tokens: in input order (no bucketing) and with the previous job's batches (the
+    CPU shape, which keeps them: each 10,000-row shard sorted, <= 128 docs / 8,192 tokens)."""
+    spec = feed_spec(plan_input(papers), enc, SHARD_ROWS, device_shape(False, SHARD_ROWS))
+    real = sorted_padded = unsorted_padded = 0
+    for it in spec.chunks(list(range(spec.plan.n_shards(SHARD_ROWS)))):
+        chunk = prepare_chunk(spec, *it)
+        lengths = np.zeros(len(chunk.ids), np.int64)
+        for b in chunk.batches:
+            lengths[b.positions.numpy()] = b.attention_mask.sum(1).numpy()
+        real += chunk.tokens
+        sorted_padded += chunk.padded_tokens
+        unsorted_padded += sum(int(lengths[i:i + CPU_BATCH].max()) * len(lengths[i:i + CPU_BATCH])
+                               for i in range(0, len(lengths), CPU_BATCH))
+    return {"no bucketing (input order, 128 docs)": unsorted_padded / real,
+            "previous job (sorted in 10,000-row shards, 128 docs / 8,192 tokens)": sorted_padded / real}
 
 
-def embed_feed(enc, papers: Path, max_length: int, workers: int) -> dict:
-    plan = plan_input(papers)
-    spec = FeedSpec(plan, enc.tokenizer, max_length, enc.sep, shard_size=10_000, chunk_rows=CUDA_CHUNK_ROWS,
-                    batch_size=CUDA_BATCH, max_tokens=CUDA_MAX_TOKENS_CAP, pad_multiple=CUDA_PAD_MULTIPLE,
-                    pad_limit=CUDA_PAD_LIMIT, min_batch_tokens=CUDA_MIN_BATCH_TOKENS, ramp=True)
-    shards = list(range(plan.n_shards(10_000)))
+def embed_feed(enc, papers: Path, workers: int) -> dict:
+    """The feed with the CUDA shape (its token budget at the cap) and `workers` processes, the model a null one."""
+    shape = device_shape(True, SHARD_ROWS, cuda_workers=workers)
+    spec = feed_spec(plan_input(papers), enc, SHARD_ROWS, shape)
+    shards = list(range(spec.plan.n_shards(SHARD_ROWS)))
     prepare_chunk(spec, *spec.chunks(shards)[0])   # warm-up (tokenizer caches, imports)
     pin = torch.cuda.is_available()
     c0, t0 = cpu_seconds(), time.perf_counter()
     real = padded = docs = 0
-    feed = feed_chunks(spec, shards, workers, pin=pin)
-    for chunk in feed:   # the null model: count what the GPU would get
+    for chunk in feed_chunks(spec, shards, pin=pin):   # the null model: count what the GPU would get
         real += chunk.tokens
         padded += chunk.padded_tokens
         docs += len(chunk.ids)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    return {"docs": docs, "real": real, "padded": padded, "wall": wall, "cpu": cpu, "pinned": pin}
+    return {"docs": docs, "real": real, "padded": padded, "wall": wall, "cpu": cpu, "pinned": pin, "shape": shape}
 
 
-def training_feed(enc, papers: Path, max_length: int, workers: int, tmp: Path, n_triplets: int) -> dict:
+def training_feed(enc, papers: Path, workers: int, tmp: Path, n_triplets: int) -> dict:
     run = RunLayout(tmp / "train-run")
     if run.root.exists():
         shutil.rmtree(run.root)
@@ -167,7 +165,7 @@ def training_feed(enc, papers: Path, max_length: int, workers: int, tmp: Path, n
     (run.root / "triplets").mkdir()
     pq.write_table(trip, run.root / "triplets" / "part-00000.parquet")
     c0, t0 = cpu_seconds(), time.perf_counter()
-    folder, _ = prepare_tokens(run, enc.path, enc.tokenizer, max_length, enc.sep, val_max=0, seed=0)
+    folder, _ = prepare_tokens(run, enc.path, enc.tokenizer, enc.max_length, enc.sep, val_max=0, seed=0)
     build_wall, build_cpu = time.perf_counter() - t0, cpu_seconds() - c0
     data = open_tokens(folder)
     cache_tokens = sum(len(t) for t in data.tokens(np.arange(data.papers.num_rows)))
@@ -212,19 +210,20 @@ def main() -> None:
     try:
         for name, papers in corpora:
             print(f"\n== {name}: {plan_input(papers).n_rows:,} rows")
-            e = embed_feed(enc, papers, args.max_length, args.workers)
+            e = embed_feed(enc, papers, args.workers)
             per_core = e["real"] / e["cpu"]
             print(f"embed feed: {e['docs']:,} docs, {e['real']:,} real tokens (mean {e['real'] / e['docs']:.0f}) in "
                   f"{e['wall']:.1f}s wall / {e['cpu']:.1f} CPU-s: {per_core:,.0f} tokens/s per core "
                   f"({'>=' if per_core >= TARGET_PER_CORE else '<'} {TARGET_PER_CORE:,}), {e['real'] / e['wall']:,.0f} "
                   f"tokens/s wall; 16 cores: {per_core * CORES_PER_NODE / 1e6:.2f}M tokens/s")
             print("embed padding (padded / real tokens):")
-            for label, v in embed_padding(enc, papers, args.max_length).items():
+            for label, v in embed_padding(enc, papers).items():
                 print(f"  {label}: {v:.3f}")
-            print(f"  this feed, CUDA shape (chunks of {CUDA_CHUNK_ROWS:,} rows sorted by length, <= {CUDA_MAX_TOKENS_CAP:,} "
-                  f"tokens, cut at {CUDA_PAD_LIMIT}x padding from {CUDA_MIN_BATCH_TOKENS:,} tokens, widths x{CUDA_PAD_MULTIPLE}): "
+            sh = e["shape"]
+            print(f"  this feed, CUDA shape (chunks of {sh.chunk_rows:,} rows sorted by length, <= {sh.max_tokens:,} "
+                  f"tokens, cut at {sh.pad_limit}x padding from {sh.min_batch_tokens:,} tokens, widths x{sh.pad_multiple}): "
                   f"{e['padded'] / e['real']:.3f}")
-            t = training_feed(enc, papers, args.max_length, args.workers, tmp, args.triplets)
+            t = training_feed(enc, papers, args.workers, tmp, args.triplets)
             tok, w, c = t["build"]
             print(f"training feed, tokenizing once into the run's Arrow files: {tok:,} tokens in {w:.1f}s wall / "
                   f"{c:.1f} CPU-s: {tok / c:,.0f} tokens/s per core")

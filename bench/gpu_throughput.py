@@ -49,10 +49,9 @@ import torch
 
 from encoders.config import EmbedConfig, TrainConfig
 from encoders.embed import run_embed
-from encoders.embed.feed import pad_batch, token_budget_batches
-from encoders.model import token_ids
+from encoders.embed.feed import plan_input, prepare_chunk
 from encoders.embed.forward import compiled_forward
-from encoders.embed.job import feed_shape
+from encoders.embed.job import feed_shape, feed_spec
 from encoders.model import load_encoder, resolve_model
 from encoders.objectives.triplet_table import open_tokens
 from encoders.train import run_train
@@ -142,18 +141,15 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bare_forward(enc, texts: list[str], shape) -> tuple[int, float, float]:
-    """(real tokens, seconds, compile seconds) of the compiled forward over the job's batches, on the device."""
-    ids = token_ids(enc.tokenizer, texts, enc.max_length)
-    lengths = [len(x) for x in ids]
-    pad_id = enc.tokenizer.pad_token_id or 0
-    batches = []
-    for s in range(0, len(ids), shape.chunk_rows):   # the job sorts within chunks: so does this
-        part = ids[s:s + shape.chunk_rows]
-        for idx in token_budget_batches([len(x) for x in part], shape.batch_size, shape.max_tokens,
-                                        shape.pad_limit, shape.min_batch_tokens):
-            b = pad_batch(part, idx, pad_id, shape.pad_multiple).to(enc.device)
-            batches.append((b["input_ids"], b["attention_mask"]))
+def bare_forward(enc, lay: RunLayout, shard_size: int, shape) -> tuple[int, float, float]:
+    """(real tokens, seconds, compile seconds) of the compiled forward over the embed job's own
+    batches (the same feed spec and chunks), prepared beforehand and already on the device."""
+    spec = feed_spec(plan_input(lay.table("papers")), enc, shard_size, shape)
+    batches, tokens = [], 0
+    for it in spec.chunks(list(range(spec.plan.n_shards(shard_size)))):
+        chunk = prepare_chunk(spec, *it)
+        tokens += chunk.tokens
+        batches += [(t["input_ids"], t["attention_mask"]) for t in (b.to(enc.device) for b in chunk.batches)]
     forward = compiled_forward(enc.model, enc.pooling)
     with torch.inference_mode(), enc.inference_autocast("bfloat16"):
         t0 = time.perf_counter()
@@ -168,7 +164,7 @@ def bare_forward(enc, texts: list[str], shape) -> tuple[int, float, float]:
         seconds = time.perf_counter() - t0
     if forward.failed:
         raise SystemExit(f"the compiled forward failed: {forward.failed}")
-    return sum(lengths), seconds, compile_s
+    return tokens, seconds, compile_s
 
 
 def train_tokens(lay: RunLayout, cfg: TrainConfig, first_step: int, last_step: int) -> int:
@@ -234,7 +230,7 @@ def main() -> None:
         n_trip = max(steps * 64 * 1 + 64, steps * 32 + 32) + 8
         lay = make_run(tmp / "run", ids, titles, abstracts, n_trip)
         enc = load_encoder(str(model_dir), "mean", args.max_length, device.type)
-        shape = feed_shape(EmbedConfig(), enc, Dist())
+        shape = feed_shape(EmbedConfig(), enc, Dist())   # the embed job's defaults on this device
         fpt = flops_per_token(enc.model, args.max_length)
         print(f"device {name}; torch {torch.__version__}; model {model_dir.name if args.model else ('a tiny BERT' if dry else 'BERT-base-sized')} "
               f"({layers if not args.model else enc.model.config.num_hidden_layers} layers, hidden {enc.dim}); "
@@ -244,12 +240,14 @@ def main() -> None:
         rep = Report(peak, dry, fpt)
         print(f"\n{'':<44} {'real tokens/s':>14} {'/ bare':>8} {'TFLOP/s':>9} {'MFU':>22} {'h @ 33M':>9}")
 
-        texts = [paper_text(t, a, enc.sep) for t, a in zip(titles, abstracts)]
-        tokens, seconds, compile_s = bare_forward(enc, texts, shape)
+        # the job's batches as the bare forward had them: the budget fixed (free memory changes as we go)
+        cfg = EmbedConfig(model=str(model_dir), max_length=args.max_length, device=device.type, compile="on",
+                          precision="bfloat16", max_tokens=shape.max_tokens)
+        tokens, seconds, compile_s = bare_forward(enc, lay, cfg.shard_size, shape)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         rep.bare = rep.line("bare compiled forward", tokens, seconds, extra=f"(compile + warm-up pass {compile_s:.1f}s)")
 
-        cfg = EmbedConfig(model=str(model_dir), max_length=args.max_length, device=device.type, compile="on",
-                          precision="bfloat16")
         t0 = time.perf_counter()
         s = run_embed(cfg, lay, encoder=enc)
         wall = time.perf_counter() - t0

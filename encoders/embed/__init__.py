@@ -11,13 +11,13 @@ resumable Parquet shards out (read back by sciencemap.embeddings.load_embeddings
              pipeline, progress, the summary
 """
 from encoders.config import EmbedConfig
-from encoders.embed.feed import (Batch, Chunk, FeedSpec, InputPlan, feed_chunks, pad_batch, plan_input,
+from encoders.embed.feed import (Batch, Chunk, FeedShape, FeedSpec, InputPlan, feed_chunks, pad_batch, plan_input,
                                  prepare_chunk, token_budget_batches)
 from encoders.embed.forward import (COMPILE_MIN_TOKENS, COMPILE_MIN_TOKENS_CUDA, CompiledForward, PooledForward,
                                     embed_batches, embed_texts, embed_token_ids, inference_forward)
-from encoders.embed.job import feed_shape, run_embed, training_length
+from encoders.embed.job import device_shape, feed_shape, feed_spec, run_embed, training_length
 
 __all__ = ["COMPILE_MIN_TOKENS", "COMPILE_MIN_TOKENS_CUDA", "Batch", "Chunk", "CompiledForward", "EmbedConfig",
-           "FeedSpec", "InputPlan", "PooledForward", "embed_batches", "embed_texts", "embed_token_ids",
-           "feed_chunks", "feed_shape", "inference_forward", "pad_batch", "plan_input", "prepare_chunk",
-           "run_embed", "token_budget_batches", "training_length"]
+           "FeedShape", "FeedSpec", "InputPlan", "PooledForward", "device_shape", "embed_batches", "embed_texts",
+           "embed_token_ids", "feed_chunks", "feed_shape", "feed_spec", "inference_forward", "pad_batch", "plan_input",
+           "prepare_chunk", "run_embed", "token_budget_batches", "training_length"]

@@ -187,31 +187,41 @@ def pad_batch(token_ids: list[list[int]], idx: list[int], pad_id: int, multiple:
 # ---------------------------------------------------------------- chunks
 
 @dataclass
+class FeedShape:
+    """How the feed cuts a shard into work and batches (the embed job fills EmbedConfig's by-device
+    defaults: encoders.embed.job.feed_shape)."""
+
+    batch_size: int               # most documents per batch
+    max_tokens: int               # most padded tokens per batch (0 = no budget)
+    chunk_rows: int               # input rows per unit of work, sorted by length inside
+    workers: int = 0              # feed processes (0: a thread)
+    pad_multiple: int = 1         # batch widths rounded up to this
+    pad_limit: float = 0.0        # see token_budget_batches
+    min_batch_tokens: int = 0
+    ramp: bool = False            # the first chunks smaller (1/8, 1/4, 1/2): the model starts sooner
+
+
+@dataclass
 class FeedSpec:
-    """What a feed worker needs (picklable): the input, the tokenizer and the batch shape."""
+    """What a feed worker needs (picklable): the input, the tokenizer and the shape."""
 
     plan: InputPlan
     tokenizer: object
     max_length: int
     sep: str
     shard_size: int
-    chunk_rows: int
-    batch_size: int
-    max_tokens: int
-    pad_multiple: int = 1
-    pad_limit: float = 0.0        # see token_budget_batches
-    min_batch_tokens: int = 0
-    ramp: bool = False            # the first chunks smaller (1/8, 1/4, 1/2): the model starts sooner
+    shape: FeedShape
 
     def chunks(self, shards: list[int]) -> list[tuple[int, int, int, bool]]:
         """(shard, lo, hi, last chunk of its shard) for every chunk of `shards`, in order."""
         out = []
-        sizes = [max(1, self.chunk_rows // d) for d in (8, 4, 2)] if self.ramp else []
+        rows = self.shape.chunk_rows
+        sizes = [max(1, rows // d) for d in (8, 4, 2)] if self.shape.ramp else []
         for k in shards:
             lo, hi = self.plan.shard_rows(k, self.shard_size)
             bounds, s = [], lo
             while s < hi or not bounds:
-                e = min(hi, s + (sizes.pop(0) if sizes else self.chunk_rows))
+                e = min(hi, s + (sizes.pop(0) if sizes else rows))
                 bounds.append((s, e))
                 s = e
             for j, (s, e) in enumerate(bounds):
@@ -278,9 +288,9 @@ def prepare_chunk(spec: FeedSpec, k: int, lo: int, hi: int, last: bool) -> Chunk
     tokens = token_ids(spec.tokenizer, texts, spec.max_length)
     lengths = [len(x) for x in tokens]
     pad_id = spec.tokenizer.pad_token_id or 0
-    batches = [pad_batch(tokens, idx, pad_id, spec.pad_multiple)
-               for idx in token_budget_batches(lengths, spec.batch_size, spec.max_tokens, spec.pad_limit,
-                                               spec.min_batch_tokens)]
+    sh = spec.shape
+    batches = [pad_batch(tokens, idx, pad_id, sh.pad_multiple)
+               for idx in token_budget_batches(lengths, sh.batch_size, sh.max_tokens, sh.pad_limit, sh.min_batch_tokens)]
     return Chunk(k, lo, hi, last, ids, skipped, hashes, batches, sum(lengths),
                  sum(int(b.input_ids.numel()) for b in batches))
 
@@ -341,12 +351,12 @@ class _ReadAhead:
         self.stop.set()
 
 
-def feed_chunks(spec: FeedSpec, shards: list[int], workers: int, pin: bool,
-                prefetch: int = 4) -> Iterator[Chunk]:
-    """Every chunk of `shards`, in order, prepared ahead of the consumer: by `workers` processes
-    (DataLoader; pinned when `pin`), or with workers=0 by one thread (the tokenizer's own threads
-    parallelise the tokenizing), `prefetch` chunks ahead."""
+def feed_chunks(spec: FeedSpec, shards: list[int], pin: bool, prefetch: int = 4) -> Iterator[Chunk]:
+    """Every chunk of `shards`, in order, prepared ahead of the consumer: by spec.shape.workers
+    processes (DataLoader; pinned when `pin`), or with workers=0 by one thread (the tokenizer's own
+    threads parallelise the tokenizing), `prefetch` chunks ahead."""
     items = spec.chunks(shards)
+    workers = spec.shape.workers
     if not items:
         return iter(())
     if workers > 0:

@@ -19,14 +19,14 @@ import json
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from typing import Callable
 
 import numpy as np
 import torch
 
 from encoders.config import EmbedConfig, TrainConfig
-from encoders.embed.feed import Chunk, FeedSpec, InputPlan, feed_chunks, plan_input
+from encoders.embed.feed import Chunk, FeedShape, FeedSpec, InputPlan, feed_chunks, plan_input
 from encoders.embed.forward import check_compile_mode, compile_outcome, embed_batches, inference_forward
 from encoders.embed.shards import close_output, make_record, note_written, open_output, skips, write_shard
 from encoders.model import Encoder, load_encoder, model_hash, resolve_model, resolve_precision
@@ -85,19 +85,6 @@ class Progress:
             self.dist.rank, self.dist.world)
 
 
-@dataclass
-class FeedShape:
-    """The resolved batch shape and feed of this process (EmbedConfig's by-device defaults filled)."""
-
-    batch_size: int
-    max_tokens: int
-    chunk_rows: int
-    workers: int
-    pad_multiple: int
-    pad_limit: float
-    min_batch_tokens: int
-
-
 def training_length(spec: str) -> int:
     """max_length 0: the length the model was trained with (our model card), else the training default."""
     card = resolve_model(spec) / MODEL_CARD
@@ -125,19 +112,34 @@ def cuda_token_budget(enc: Encoder) -> int:
     return budget // CUDA_PAD_MULTIPLE * CUDA_PAD_MULTIPLE
 
 
+def device_shape(cuda: bool, shard_size: int, cuda_max_tokens: int = CUDA_MAX_TOKENS_CAP,
+                 cuda_workers: int = 1) -> FeedShape:
+    """The feed's defaults by device. A CPU keeps the earlier job's batches (its vectors bit for
+    bit): the whole shard sorted, 128 docs / 8,192 tokens, a thread. CUDA: large sorted chunks (the
+    first ones smaller), a token budget, batches of mixed lengths cut at 10% padding once large
+    enough, worker processes."""
+    if not cuda:
+        return FeedShape(CPU_BATCH, CPU_MAX_TOKENS, shard_size)
+    return FeedShape(CUDA_BATCH, cuda_max_tokens, CUDA_CHUNK_ROWS, cuda_workers, CUDA_PAD_MULTIPLE,
+                     CUDA_PAD_LIMIT, CUDA_MIN_BATCH_TOKENS, ramp=True)
+
+
 def feed_shape(cfg: EmbedConfig, enc: Encoder, dist: Dist) -> FeedShape:
-    cuda = enc.device.type == "cuda"
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
-    cores = max(1, (os.cpu_count() or 1) // max(local, 1))
-    return FeedShape(
-        batch_size=cfg.batch_size or (CUDA_BATCH if cuda else CPU_BATCH),
-        max_tokens=cfg.max_tokens or (cuda_token_budget(enc) if cuda else CPU_MAX_TOKENS),
-        chunk_rows=cfg.chunk_rows or (CUDA_CHUNK_ROWS if cuda else cfg.shard_size),
-        workers=cfg.workers if cfg.workers >= 0 else (min(MAX_WORKERS, max(1, cores - 2)) if cuda else 0),
-        pad_multiple=CUDA_PAD_MULTIPLE if cuda else 1,
-        # On CUDA batches of mixed lengths are cut at 10% padding once they are large enough; a CPU
-        # keeps the previous job's batches (and its vectors, bit for bit).
-        pad_limit=CUDA_PAD_LIMIT if cuda else 0.0, min_batch_tokens=CUDA_MIN_BATCH_TOKENS if cuda else 0)
+    """EmbedConfig's settings, with 0 / -1 filled by device_shape."""
+    if enc.device.type == "cuda":
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world))
+        cores = max(1, (os.cpu_count() or 1) // max(local, 1))
+        d = device_shape(True, cfg.shard_size, cfg.max_tokens or cuda_token_budget(enc),
+                         min(MAX_WORKERS, max(1, cores - 2)))
+    else:
+        d = device_shape(False, cfg.shard_size)
+    return replace(d, batch_size=cfg.batch_size or d.batch_size, max_tokens=cfg.max_tokens or d.max_tokens,
+                   chunk_rows=cfg.chunk_rows or d.chunk_rows, workers=cfg.workers if cfg.workers >= 0 else d.workers)
+
+
+def feed_spec(plan: InputPlan, enc: Encoder, shard_size: int, shape: FeedShape) -> FeedSpec:
+    return FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=enc.max_length, sep=enc.sep,
+                    shard_size=shard_size, shape=shape)
 
 
 def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
@@ -280,10 +282,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         f"{shape.batch_size} docs / {shape.max_tokens} tokens, chunks of {shape.chunk_rows} rows, "
         f"{shape.workers or 'no'} feed workers, {torch.get_num_threads()} threads)", rank, world)
 
-    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=enc.max_length, sep=enc.sep,
-                    shard_size=cfg.shard_size, chunk_rows=shape.chunk_rows, batch_size=shape.batch_size,
-                    max_tokens=shape.max_tokens, pad_multiple=shape.pad_multiple, pad_limit=shape.pad_limit,
-                    min_batch_tokens=shape.min_batch_tokens, ramp=enc.device.type == "cuda")
+    spec = feed_spec(plan, enc, cfg.shard_size, shape)
     if shape.workers:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the workers are the parallelism
     progress = Progress(rows_todo, dist)
@@ -308,7 +307,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         if crash_after and n_written >= crash_after and n_written < len(todo):
             raise SystemExit(f"embed: stopping after {n_written} shards ({CRASH_ENV} test hook)")
 
-    chunks = feed_chunks(spec, todo, shape.workers, pin=enc.device.type == "cuda")
+    chunks = feed_chunks(spec, todo, pin=enc.device.type == "cuda")
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-writer") as writer, \
                 torch.inference_mode(), enc.inference_autocast(precision):

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, FeedSpec, PooledForward,
+from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, FeedShape, FeedSpec, PooledForward,
                             inference_forward, pad_batch, plan_input, prepare_chunk, run_embed,
                             token_budget_batches)
 from encoders.model import load_encoder, resolve_model
@@ -128,8 +128,8 @@ def test_missing_text_never_crashes_a_shard(tmp_path, enc):
         "abstract": pa.array([float("nan"), None, float("nan"), float("nan"), None], pa.float64()),
     }), d / "part-0.parquet")
     plan = plan_input(d)
-    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=10, chunk_rows=10,
-                    batch_size=4, max_tokens=0)
+    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=10,
+                    shape=FeedShape(batch_size=4, max_tokens=0, chunk_rows=10))
     chunk = prepare_chunk(spec, 0, 0, 5, True)
     assert chunk.ids == ["d", "e"]
     assert [(s["paper_id"], s["reason"]) for s in chunk.skipped] == [
@@ -151,8 +151,8 @@ def test_chunks_bucket_by_length_and_keep_every_paper_once(make_run, records, en
     inside their chunk and within the budget, widths rounded to the pad multiple."""
     lay = make_run("chunks", papers(records))
     plan = plan_input(lay.table("papers"))
-    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=7, chunk_rows=4,
-                    batch_size=3, max_tokens=64, pad_multiple=8)
+    spec = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=7,
+                    shape=FeedShape(batch_size=3, max_tokens=64, chunk_rows=4, pad_multiple=8))
     items = spec.chunks([0, 1, 2])
     assert [(k, lo, hi, last) for k, lo, hi, last in items] == [
         (0, 0, 4, False), (0, 4, 7, True), (1, 7, 11, False), (1, 11, 14, True), (2, 14, 15, True)]
@@ -170,8 +170,8 @@ def test_chunks_bucket_by_length_and_keep_every_paper_once(make_run, records, en
         ids += chunk.ids
     assert ids == expected_ids(records)
     # on CUDA the first chunks are smaller (the model starts sooner): 1/8, 1/4, 1/2, then whole
-    ramp = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=15, chunk_rows=8,
-                    batch_size=3, max_tokens=64, ramp=True)
+    ramp = FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=15,
+                    shape=FeedShape(batch_size=3, max_tokens=64, chunk_rows=8, ramp=True))
     assert [(lo, hi, last) for _, lo, hi, last in ramp.chunks([0])] == [(0, 1, False), (1, 3, False), (3, 7, False),
                                                                          (7, 15, True)]
     b = pad_batch([[5, 6, 7], [8]], [1, 0], pad_id=0, multiple=4)
