@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -312,72 +312,39 @@ def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
 
-class _ReadAhead:
-    """Items of an iterable produced by a thread, at most `depth` ahead of the consumer."""
-
-    _END = object()
-
-    def __init__(self, items, depth: int):
-        self.q: queue.Queue = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self._run, args=(items,), daemon=True, name="embed-feed")
-        self.t.start()
-
-    def _run(self, items) -> None:
-        try:
-            for x in items:
-                while not self.stop.is_set():
-                    try:
-                        self.q.put(x, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self.stop.is_set():
-                    return
-            self.q.put(self._END)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
-            self.q.put(e)
-
-    def __iter__(self):
-        while True:
-            x = self.q.get()
-            if x is self._END:
-                return
-            if isinstance(x, BaseException):
-                raise x
-            yield x
-
-    def close(self) -> None:
-        self.stop.set()
-
-
 def feed_chunks(spec: FeedSpec, shards: list[int], pin: bool, prefetch: int = 4) -> Iterator[Chunk]:
     """Every chunk of `shards`, in order, prepared ahead of the consumer: by spec.shape.workers
     processes (DataLoader; pinned when `pin`), or with workers=0 by one thread (the tokenizer's own
-    threads parallelise the tokenizing), `prefetch` chunks ahead."""
+    threads parallelise the tokenizing), `prefetch` chunks ahead (per worker). Closing the
+    generator (an error or a crash hook in the consumer) stops the workers or the thread."""
     items = spec.chunks(shards)
-    workers = spec.shape.workers
     if not items:
-        return iter(())
-    if workers > 0:
+        return
+    if spec.shape.workers > 0:
         loader = torch.utils.data.DataLoader(
-            _ChunkDataset(spec, items), batch_size=None, shuffle=False, num_workers=workers,
+            _ChunkDataset(spec, items), batch_size=None, shuffle=False, num_workers=spec.shape.workers,
             prefetch_factor=prefetch, pin_memory=pin, worker_init_fn=_worker_init,
             multiprocessing_context="fork" if os.name == "posix" else None)
         source = iter(loader)
-        stop = getattr(source, "_shutdown_workers", lambda: None)
-    else:
-        def produce():
-            for it in items:
-                c = prepare_chunk(spec, *it)
-                yield c.pin_memory() if pin else c
-
-        source = _ReadAhead(produce(), depth=prefetch)
-        stop = source.close
-
-    def consume():
         try:
             yield from source
         finally:
-            stop()   # also when the consumer stops early (an error, a crash hook)
-    return consume()
+            del source   # the loader's iterator shuts its workers down when it goes
+        return
+
+    def prepare(item) -> Chunk:
+        chunk = prepare_chunk(spec, *item)
+        return chunk.pin_memory() if pin else chunk
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-feed")
+    try:
+        ahead = deque(pool.submit(prepare, item) for item in items[:prefetch])
+        rest = iter(items[prefetch:])
+        while ahead:
+            chunk = ahead.popleft().result()
+            nxt = next(rest, None)
+            if nxt is not None:
+                ahead.append(pool.submit(prepare, nxt))
+            yield chunk
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

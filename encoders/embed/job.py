@@ -15,6 +15,7 @@ After a barrier rank 0 finalises the manifest (gloo on CPU, nccl on CUDA).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -237,8 +238,6 @@ class ShardOutput:
         self.tokens += chunk.tokens
 
     def content_sha256(self) -> str:
-        import hashlib
-
         return hashlib.sha256(np.ascontiguousarray(np.concatenate(self.hashes)).tobytes()).hexdigest()
 
     def to_host(self, dtype: str) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -283,8 +282,6 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         f"{shape.workers or 'no'} feed workers, {torch.get_num_threads()} threads)", rank, world)
 
     spec = feed_spec(plan, enc, cfg.shard_size, shape)
-    if shape.workers:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"   # the workers are the parallelism
     progress = Progress(rows_todo, dist)
     forward: Callable | None = None
     n_written = 0
@@ -336,9 +333,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
                 p, pending = pending, None
                 finish(p)
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        chunks.close()   # stops the feed's workers or thread when the loop ends early
     progress.report(final=True)
 
     dist.barrier()
