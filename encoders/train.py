@@ -5,12 +5,14 @@ The loop here is the same for every objective (encoders.objectives): it reads th
 Arrow files: encoders.objectives.triplet_table), takes each rank's micro-batches from a DataLoader
 (encoders.train_feed), asks the objective for each micro-batch's loss, and owns the optimizer,
 schedule, processes, checkpoints (encoders.checkpoints) and export (encoders.export). Step losses
-stay on the device until a log line (one synchronisation per `log_every` steps). The default objective is the triplet margin loss on L2 distance. Defaults are
-the seed recipe: AdamW lr 2e-5, batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear
-decay, max_length 256. On CUDA: bf16 autocast, SDPA attention (chosen at run time by
-encoders.model) and fused AdamW; opt-in torch.compile, gradient checkpointing and length buckets. Several processes: `torchrun --nproc_per_node=N -- jobs/train.py --run-dir ...`
-(DistributedDataParallel; nccl on CUDA, gloo on CPU); each rank takes a disjoint slice of every
-epoch's seeded permutation; rank 0 alone writes log, checkpoints, model.
+stay on the device until a log line (one synchronisation per `log_every` steps). The default
+objective is the triplet margin loss on L2 distance. Defaults are the seed recipe: AdamW lr 2e-5,
+batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear decay, max_length 256. On CUDA:
+bf16 autocast, SDPA attention (chosen at run time by encoders.model) and fused AdamW; opt-in
+torch.compile, gradient checkpointing and length buckets. Several processes: `torchrun
+--nproc_per_node=N -- jobs/train.py --run-dir ...` (DistributedDataParallel; nccl on CUDA, gloo on
+CPU); each rank takes a disjoint slice of every epoch's seeded permutation; rank 0 alone writes
+log, checkpoints, model.
 
 Checkpoints every `checkpoint_every` optimizer steps. A re-run with the same settings (objective
 included), data and number of processes resumes from the newest one and reaches the same final
@@ -51,7 +53,7 @@ from encoders.export import plot_curve, save_model
 from encoders.model import Encoder, load_encoder
 from encoders.objectives import Objective, get_objective
 from encoders.objectives.triplet_table import TripletTokens, open_tokens, prepare_tokens
-from encoders.train_feed import RankSampler, micro_batches, shard_order  # noqa: F401  (shard_order re-exported)
+from encoders.train_feed import RankSampler, micro_batches
 
 # Settings that change the training trajectory whatever the objective: a checkpoint is only
 # resumed when they, the objective's own settings (Objective.fields), the data and the world size match.
@@ -285,10 +287,10 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             sched.step()
             done = step + 1
             window.append(step_loss)
-            last_loss = step_loss
             if done % cfg.log_every == 0 or done == total:
                 now = time.perf_counter()
-                step_losses = dist.mean_tensor(torch.stack(window)).tolist()   # the one sync of the window
+                step_losses = dist.mean(torch.stack(window)).tolist()   # the one sync of the window
+                last_loss = step_losses[-1]
                 rec = {"kind": "train", "step": done, "epoch": round(done / steps_per_epoch, 4),
                        "loss": float(np.mean(step_losses)), "lr": lr,
                        "seconds": round(seconds_before + now - t0, 3),
@@ -340,8 +342,7 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             "resumed_from_step": start, "world_size": dist.world, "train_triplets": n_train,
             "objective": objective.name, "objective_settings": objective.settings(),
             "margin": cfg.margin, **counts,
-            "final_loss": (dist.mean_tensor(last_loss.reshape(1)).item() if last_loss is not None
-                           else (train_losses[-1] if train_losses else None)),
+            "final_loss": last_loss if last_loss is not None else (train_losses[-1] if train_losses else None),
             "train_seconds": round(train_seconds, 2),
             "seconds_per_step": round(train_seconds / max(total - start, 1), 4),
             "val_before": val_before, "val_after": val_after,

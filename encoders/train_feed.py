@@ -89,9 +89,8 @@ class TokenBatch:
             t = b.to(enc.device)
             outs.append(enc.forward({"input_ids": t["input_ids"], "attention_mask": t["attention_mask"]}))
             where.append(t["positions"])
-        inverse = torch.empty_like(torch.cat(where))
-        inverse[torch.cat(where)] = torch.arange(len(inverse), device=inverse.device)
-        return torch.cat(outs)[inverse]
+        vectors = torch.cat(outs)
+        return torch.zeros_like(vectors).index_copy(0, torch.cat(where), vectors)
 
 
 class _Rows(Dataset):

@@ -91,24 +91,20 @@ class Dist:
 
             torch.distributed.barrier()
 
-    def mean(self, x: float) -> float:
+    def mean(self, x):
+        """The ranks' mean of a float, or of a tensor (which stays on its device: CUDA under nccl,
+        CPU under gloo, and is not waited for)."""
         if self.world == 1:
             return x
         import torch
 
+        if isinstance(x, torch.Tensor):
+            t = x.clone()
+            torch.distributed.all_reduce(t)
+            return t / self.world
         t = torch.tensor([x], dtype=torch.float64, device=_collective_device())
         torch.distributed.all_reduce(t)
         return float(t.item()) / self.world
-
-    def mean_tensor(self, t):
-        """The ranks' mean of a tensor (on its own device: CUDA under nccl, CPU under gloo)."""
-        if self.world == 1:
-            return t
-        import torch
-
-        t = t.clone()
-        torch.distributed.all_reduce(t)
-        return t / self.world
 
     def gather(self, obj):
         if self.world == 1:

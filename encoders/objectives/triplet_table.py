@@ -53,8 +53,8 @@ def data_digest(rows: dict) -> str:
 
 
 def _files_state(path: Path) -> list:
-    return [[str(f.relative_to(path)) if f != path else f.name, f.stat().st_size, f.stat().st_mtime_ns]
-            for f in table_files(path)]
+    stats = [(f, f.stat()) for f in table_files(path)]
+    return [[str(f.relative_to(path)) if f != path else f.name, st.st_size, st.st_mtime_ns] for f, st in stats]
 
 
 def _tokenizer_digest(model_dir: Path) -> str:
@@ -195,13 +195,13 @@ def open_tokens(folder: Path) -> TripletTokens:
 
 
 def prepare_tokens(layout: RunLayout, model_dir: Path, tokenizer, max_length: int, sep: str, val_max: int,
-                   seed: int, build_here: bool = True) -> tuple[Path, bool]:
-    """The folder of this run's tokenized triplets for these settings, built if missing (when
-    `build_here`: rank 0). Returns (folder, whether it was built now)."""
+                   seed: int) -> tuple[Path, bool]:
+    """The folder of this run's tokenized triplets for these settings, built if missing (rank 0
+    calls this; the other ranks open what it names). Returns (folder, whether it was built now)."""
     fp, inputs = fingerprint(layout, model_dir, max_length, sep, val_max, seed)
     root = layout.train_tokens_dir
     folder = root / fp
-    if not build_here or (folder / META).is_file():
+    if (folder / META).is_file():
         return folder, False
     if root.is_dir():
         sweep_temporaries(root)

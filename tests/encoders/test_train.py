@@ -19,8 +19,8 @@ from encoders.objectives.base import TripletBatch
 from encoders.objectives.triplet import TripletObjective
 from encoders.objectives.validation import retrieval_metrics
 from encoders.objectives.triplet_table import data_digest, open_tokens, prepare_tokens
-from encoders.train import read_log, run_train, shard_order
-from encoders.train_feed import RankSampler, micro_batches
+from encoders.train import read_log, run_train
+from encoders.train_feed import RankSampler, micro_batches, shard_order
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
