@@ -7,7 +7,7 @@ A git worktree of --ref (default: the commit before the issue-14 feeds, 42e5fe5)
 temporary folder; each job of the reference and of this checkout runs as a child process on a fresh
 run folder that links the run's tables (and, for embed, its model), with --config's settings.
 
-embed: each round runs both jobs, interleaved, in float32 and in the default precision. Prints each
+embed: each round runs both jobs, interleaved (the first of a pair alternates), in float32 and in the default precision. Prints each
 job's embed time (from its summary: the loop, without loading the model) and wall time, the
 best-of-rounds ratio reference/this (>= 1: no slower), and the vectors' agreement (same ids in the
 same order, min cosine, max |diff|).
@@ -57,7 +57,8 @@ def compare_embed(trees: dict, args, tmp: Path) -> None:
     for prec in args.precisions:
         best, outs = {}, {}
         for r in range(args.rounds):
-            for name, tree in trees.items():
+            # alternate which job goes first: the second of a pair runs on a warmer machine
+            for name, tree in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
                 run = fresh_run(tmp / f"embed-{prec}-{r}-{name.split()[0]}", args.run, ("papers", "model"))
                 summary, wall = run_job(tree, "embed", run, tree / args.config, "--precision", prec)
                 res = {"wall": wall, "embed": summary["embed_seconds"], "papers": summary["papers"]}
@@ -66,7 +67,7 @@ def compare_embed(trees: dict, args, tmp: Path) -> None:
                       f"{res['papers']} papers", flush=True)
                 b = best.get(name)
                 best[name] = res if b is None or res["embed"] < b["embed"] else b
-        (ref_name, ref), (new_name, new) = best.items()
+        (ref_name, ref), (new_name, new) = ((n, best[n]) for n in trees)
         print(f"embed {prec}: best embed time reference {ref['embed']:.1f}s, this {new['embed']:.1f}s: "
               f"ratio reference/this {ref['embed'] / new['embed']:.2f} (wall {ref['wall'] / new['wall']:.2f})")
         ids_a, a = load_embeddings(outs[ref_name])
