@@ -55,7 +55,7 @@ def run_job(tree: Path, job: str, run: Path, config: Path, *options: str) -> tup
 
 def compare_embed(trees: dict, args, tmp: Path) -> None:
     for prec in args.precisions:
-        best, outs = {}, {}
+        best, outs, means = {}, {}, {}
         for r in range(args.rounds):
             # alternate which job goes first: the second of a pair runs on a warmer machine
             for name, tree in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
@@ -67,9 +67,12 @@ def compare_embed(trees: dict, args, tmp: Path) -> None:
                       f"{res['papers']} papers", flush=True)
                 b = best.get(name)
                 best[name] = res if b is None or res["embed"] < b["embed"] else b
+                means.setdefault(name, []).append(res["embed"])
         (ref_name, ref), (new_name, new) = ((n, best[n]) for n in trees)
         print(f"embed {prec}: best embed time reference {ref['embed']:.1f}s, this {new['embed']:.1f}s: "
-              f"ratio reference/this {ref['embed'] / new['embed']:.2f} (wall {ref['wall'] / new['wall']:.2f})")
+              f"ratio reference/this {ref['embed'] / new['embed']:.2f} (wall {ref['wall'] / new['wall']:.2f}); "
+              f"mean of rounds {np.mean(means[ref_name]):.1f}s vs {np.mean(means[new_name]):.1f}s: "
+              f"{np.mean(means[ref_name]) / np.mean(means[new_name]):.2f}")
         ids_a, a = load_embeddings(outs[ref_name])
         ids_b, b = load_embeddings(outs[new_name])
         same = len(ids_a) == len(ids_b) and bool((ids_a == ids_b).all())
