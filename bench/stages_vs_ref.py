@@ -7,10 +7,10 @@ A git worktree of --ref (default: the commit before the issue-14 feeds, 42e5fe5)
 temporary folder; each job of the reference and of this checkout runs as a child process on a fresh
 run folder that links the run's tables (and, for embed, its model), with --config's settings.
 
-embed: each round runs both jobs, interleaved (the first of a pair alternates), in float32 and in the default precision. Prints each
-job's embed time (from its summary: the loop, without loading the model) and wall time, the
-best-of-rounds ratio reference/this (>= 1: no slower), and the vectors' agreement (same ids in the
-same order, min cosine, max |diff|).
+embed: each round runs both jobs, interleaved (the first of a pair alternates), in float32 and in
+the default precision. Prints each job's embed time (from its summary: the loop, without loading
+the model) and wall time, the best-of-rounds ratio reference/this (>= 1: no slower) and that of
+the rounds' means, and the vectors' agreement (same ids in the same order, min cosine, max |diff|).
 
 train: both jobs train --train-steps steps (default 20) with a log line per step, same seed; prints
 the step losses side by side, their largest difference, and each job's training time.
