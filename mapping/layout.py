@@ -1,13 +1,22 @@
-"""2-D layout: UMAP of topic vectors, papers placed around their topic (METHODS.md §5).
+"""2-D layout: UMAP of topic vectors, papers placed inside their topic (METHODS.md §5.3).
 
 Only the topics are embedded with UMAP (cosine, seeded), so the cost grows with the number of
-topics, not of papers. A paper is drawn at its topic's position plus a deterministic jitter: a
-point in a disc of radius R_t = jitter · r₀ · sqrt(size_t / median size), with r₀ the median
-distance between a topic and its nearest other topic. The point in the disc comes from a hash of
-the paper_id (uniform over the disc area), so positions do not depend on row order or on the
-number of workers, and placing N papers is O(N) — fine for millions.
+topics, not of papers. Each topic gets a disc of radius R_t = jitter · r₀ · sqrt(size_t / median
+size), r₀ the median distance between a topic and its nearest other topic.
+
+Inside the disc a paper's position is a local linear layout of its own vector (LocalLayout): the
+topic's 2-D frame W_t = Σ_j u_tj (v̂_j − v̂_t)ᵀ / k over its k nearest topics j on the map (u_tj the
+unit direction from t to j on the map, v̂ unit topic vectors), so a paper leaning towards topic j
+in the vector space sits on the side of its disc that faces j, and papers with near vectors get
+near positions. The offsets W_t x are centred and scaled per topic (rms radius) and squashed into
+the disc (tanh of the radius). Everything is per paper and per topic: papers are placed block by
+block in O(n · d), and a new paper is placed with the same frames without moving the old ones.
+Topics where this gives no spread (one topic, a single member) fall back to a deterministic
+point of the disc chosen by a hash of the paper_id.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -80,3 +89,120 @@ def paper_positions(ids: np.ndarray, labels: np.ndarray, topic_xy: np.ndarray, t
                     jitter: float = 0.35, seed: int = 0) -> np.ndarray:
     """Positions of papers: topic position + deterministic disc jitter scaled by sqrt(topic size)."""
     return place_papers(ids, labels, topic_xy, disc_radii(topic_xy, topic_size, jitter), seed)
+
+
+# ---------------------------------------------------------------- papers inside their topic
+
+def map_neighbours(topic_xy: np.ndarray, k: int = 6) -> np.ndarray:
+    """The k nearest other topics on the map (T × min(k, T−1) int64)."""
+    T = len(topic_xy)
+    kk = min(k, T - 1)
+    if kk <= 0:
+        return np.zeros((T, 0), np.int64)
+    _, idx = cKDTree(np.asarray(topic_xy, float)).query(topic_xy, k=kk + 1)
+    nb = np.empty((T, kk), np.int64)
+    for t in range(T):                       # drop the topic itself (not always column 0 on ties)
+        row = idx[t][idx[t] != t]
+        nb[t] = row[:kk]
+    return nb
+
+
+def local_frames(topic_vecs: np.ndarray, topic_xy: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """W (T × 2 × d, float32): row t maps a vector to its lean towards t's map neighbours (module doc)."""
+    V = np.asarray(topic_vecs, np.float64)
+    V = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+    xy = np.asarray(topic_xy, np.float64)
+    T, d = V.shape
+    W = np.zeros((T, 2, d), np.float32)
+    if nbrs.shape[1] == 0:
+        return W
+    for lo in range(0, T, 4096):
+        hi = min(T, lo + 4096)
+        nb = nbrs[lo:hi]
+        u = xy[nb] - xy[lo:hi, None, :]                                   # (t, k, 2)
+        u /= np.maximum(np.linalg.norm(u, axis=2, keepdims=True), 1e-12)
+        dv = V[nb] - V[lo:hi, None, :]                                    # (t, k, d)
+        W[lo:hi] = np.einsum("tkc,tkd->tcd", u, dv) / nb.shape[1]
+    return W
+
+
+@dataclass
+class LocalLayout:
+    """Everything needed to place a paper inside its topic (topics indexed 0..T−1): the topics'
+    map positions and disc radii, their frames (local_frames) and the centre and rms scale of the
+    frame offsets of their papers. Kept in the run (save/load), so new papers are placed later
+    exactly like the old ones."""
+    topic_xy: np.ndarray          # T × 2
+    radii: np.ndarray             # T
+    frames: np.ndarray            # T × 2 × d float32
+    center: np.ndarray            # T × 2: mean offset of the topic's papers
+    scale: np.ndarray             # T: rms distance of the offsets from the centre (0 = no spread)
+    seed: int = 0
+
+    def offsets(self, X: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Raw frame offsets W_t x (n × 2 float64) of vectors X in topics `labels` (all ≥ 0)."""
+        X = np.asarray(X, np.float32)
+        return np.einsum("nd,ncd->nc", X, self.frames[labels], dtype=np.float64)
+
+    def place(self, X: np.ndarray, labels: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Positions (n × 2 float64) of papers with vectors X and ids in topics `labels`."""
+        labels = np.asarray(labels, np.int64)
+        return self.from_offsets(self.offsets(X, labels), labels, ids)
+
+    def from_offsets(self, off: np.ndarray, labels: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        labels = np.asarray(labels, np.int64)
+        s = self.scale[labels]
+        z = (off - self.center[labels]) / np.where(s > 0, s, 1.0)[:, None]
+        r = np.linalg.norm(z, axis=1)
+        squash = np.where(r > 1e-12, np.tanh(r) / np.maximum(r, 1e-12), 1.0)
+        pos = self.topic_xy[labels] + (self.radii[labels] * squash)[:, None] * z
+        flat = s <= 0                       # no spread to show: a hashed point of the disc instead
+        if flat.any():
+            pos[flat] = place_papers(np.asarray(ids, dtype=object)[flat], labels[flat], self.topic_xy,
+                                     self.radii, self.seed)
+        return pos
+
+    def fit_spread(self, labels: np.ndarray, off: np.ndarray, chunk: int = 4_000_000) -> None:
+        """Centre and rms scale of each topic's offsets (rows labelled -1 are left out), chunk by chunk."""
+        T = len(self.topic_xy)
+        s1, s2, cnt = np.zeros((T, 2)), np.zeros(T), np.zeros(T)
+        for lo in range(0, len(labels), chunk):
+            lb = labels[lo:lo + chunk]
+            ok = lb >= 0
+            lab, o = lb[ok], np.asarray(off[lo:lo + chunk][ok], np.float64)
+            cnt += np.bincount(lab, minlength=T)
+            for c in (0, 1):
+                s1[:, c] += np.bincount(lab, weights=o[:, c], minlength=T)
+            s2 += np.bincount(lab, weights=(o ** 2).sum(axis=1), minlength=T)
+        n = np.maximum(cnt, 1)
+        self.center = s1 / n[:, None]
+        var = s2 / n - (self.center ** 2).sum(axis=1)
+        # relative floor: rounding leaves a tiny positive variance where all offsets are equal
+        spread = (cnt > 1) & (var > 1e-9 * np.maximum(s2 / n, 1e-30))
+        self.scale = np.where(spread, np.sqrt(np.maximum(var, 0)), 0.0)
+
+    def save(self, path, **extra) -> None:
+        from sciencemap.storage import write_bytes_atomic
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, topic_xy=self.topic_xy, radii=self.radii, frames=self.frames, center=self.center,
+                 scale=self.scale, seed=np.int64(self.seed), **extra)
+        write_bytes_atomic(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path) -> tuple["LocalLayout", dict]:
+        with np.load(path, allow_pickle=False) as z:
+            d = {k: z[k] for k in z.files}
+        lay = cls(topic_xy=d.pop("topic_xy"), radii=d.pop("radii"), frames=d.pop("frames"),
+                  center=d.pop("center"), scale=d.pop("scale"), seed=int(d.pop("seed")))
+        return lay, d
+
+
+def new_local_layout(topic_vecs: np.ndarray, topic_xy: np.ndarray, topic_size: np.ndarray, jitter: float,
+                     seed: int = 0, k: int = 6) -> LocalLayout:
+    """Radii and frames from the topics; centre and scale still to be fitted (LocalLayout.fit_spread)."""
+    T = len(topic_xy)
+    return LocalLayout(topic_xy=np.asarray(topic_xy, np.float64), radii=disc_radii(topic_xy, topic_size, jitter),
+                       frames=local_frames(topic_vecs, topic_xy, map_neighbours(topic_xy, k)),
+                       center=np.zeros((T, 2)), scale=np.zeros(T), seed=seed)

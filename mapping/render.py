@@ -1,17 +1,25 @@
-"""Layout + rendering stage: `topics` table, a Datashader PNG and an interactive Bokeh HTML map.
+"""Layout + rendering stage: `topics` table, map PNGs (base + overlays) and an interactive HTML map.
 
 run_render:
-1. picks the map resolution (`map_resolution`, default: the middle one of the clustered ones),
-2. topic vectors (mean of member vectors) → UMAP 2-D (mapping.layout), papers around their topic,
-3. overlays for every clustered resolution (mapping.topics); topics at other resolutions are placed
-   at the mean position of their papers on the map, so all levels share one coordinate system,
-4. writes `topics`, `map.png` (all papers, coloured by source, with a legend) and `map.html`.
+1. picks the map resolution (`map_resolution`, default: the middle one of the clustered ones) and
+   the papers the map shows (`papers_shown`: the corpus's own papers by default; papers known only
+   as cited references stay in the kNN graph and the clusters but are not drawn or counted),
+2. topic vectors (mean of the shown members' vectors) → UMAP 2-D (mapping.layout), papers inside
+   their topic's disc by a local linear layout of their own vectors (mapping.layout.LocalLayout,
+   saved as map_layout.npz so new papers can be placed later); topics at other resolutions are
+   placed at the mean position of their papers, so all levels share one coordinate system,
+3. overlays for every clustered resolution (mapping.topics),
+4. writes `topics`, map.png (papers by source), map_field.png (by their topic's main field, legend
+   with papers per field), map_interdisciplinarity.png (topic DIV, colour bar), map_year.png
+   (topic mean year, colour bar), each titled with the paper and topic counts and the largest
+   topics labelled (mapping.map_png), and map.html.
 
 Scale (33M papers): the vectors are the run's vector store (sciencemap.vectors, written by the knn
-stage), read in row blocks, never whole; clusters are read per resolution as (row, cluster);
-the papers table is streamed once and joined to the rows by paper_id (mapping.io.load_row_meta);
-labels come from one title vocabulary for all resolutions; positions are float32 and datashader
-counts them chunk by chunk. The summary gives each step's time, memory now and peak memory.
+stage), read in row blocks, never whole (twice: topic means, then the papers' offsets in their
+topic's frame); clusters are read per resolution as (row, cluster); the papers table is streamed
+once and joined to the rows by paper_id (mapping.io.load_row_meta); labels come from one title
+vocabulary for all resolutions; positions are float32 and datashader aggregates them chunk by
+chunk. The summary gives each step's time, memory now and peak memory.
 
 The HTML is self-contained (Bokeh INLINE resources; the background image is a data: URI), so it
 opens without network access. Strings from the data reach the page only as Bokeh data (hover
@@ -38,18 +46,15 @@ from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import write_bytes_atomic, write_table_atomic, write_text_atomic
-from sciencemap.vectors import open_vectors
+from sciencemap.vectors import open_vectors, read_rows
 
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
-from mapping.layout import disc_radii, place_papers, topic_layout
+from mapping.layout import LocalLayout, new_local_layout, topic_layout
+from mapping.map_png import (PALETTE, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
+                             place_labels, shade_categories, shade_values)
 from mapping.topics import PaperData, central_rows, overlays, topic_vectors
 
 log = logging.getLogger(__name__)
-
-# Distinct colours (Tableau 10, then a few more) for categories such as `source`.
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
-
 
 @dataclass
 class RenderConfig:
@@ -61,12 +66,17 @@ class RenderConfig:
     layout_method: str = setting("umap", "2-D layout of the topics", choices=("umap", "pca"), flags=("--layout",))
     n_neighbors: int = setting(15, "UMAP neighbours (capped at topics - 1)")
     min_dist: float = setting(0.1, "UMAP minimum distance between laid-out topics")
-    seed: int = setting(42, "seed of the UMAP layout and of the papers' jitter")
-    jitter: float = setting(0.5, "paper disc radius, in units of the median nearest-topic distance")
+    papers_shown: str = setting("corpus", "papers drawn and counted on the map: corpus = papers with a record "
+                                          "of their own; all = cited-only references too", choices=("corpus", "all"))
+    seed: int = setting(42, "seed of the UMAP layout (and of the hashed positions of topics without spread)")
+    jitter: float = setting(0.5, "topic disc radius, in units of the median nearest-topic distance")
+    frame_neighbours: int = setting(6, "map neighbours that orient a topic's local layout of its papers")
+    legend_fields: int = setting(12, "main fields named in map_field.png's legend (the rest: 'other fields')")
+    labels_on_png: int = setting(25, "largest topics labelled on the map PNGs (labels never overlap)")
     label_words: int = setting(3, "distinctive title words in a topic's label (class-based TF-IDF)")
     examples: int = setting(3, "titles closest to each topic's mean vector, in the HTML map's hover")
     labels_on_map: int = setting(40, "largest topics get a text label on the HTML map")
-    title: str = setting("Map of science", "title of the legend in map.png and of the HTML map")
+    title: str = setting("Map of science", "corpus name in the title of the map PNGs and of the HTML map")
     html_width: int = setting(1000, "width of the HTML map's plot and topic table, in pixels")
     html_height: int = setting(750, "height of the HTML map's plot, in pixels")
 
@@ -74,7 +84,9 @@ class RenderConfig:
 # Cited papers known only from a reference list (no record of their own) are drawn in grey, so
 # that the corpus sources stand out against the much larger cloud of cited titles.
 CITED_ONLY = "cited, title only"
-CITED_ONLY_COLOR = "#c4c4c4"
+CITED_ONLY_COLOR = UNDER_COLOR
+NO_FIELD, OTHER_FIELDS = "no field", "other fields"
+OVERLAY_PNGS = ("field", "interdisciplinarity", "year")
 
 
 def category_colors(categories) -> dict[str, str]:
@@ -92,86 +104,6 @@ def map_categories(source: np.ndarray, sources: list[str], cited_only: np.ndarra
     codes = np.where(np.asarray(source) >= 0, source, len(sources)).astype(np.int32)
     codes[np.asarray(cited_only, bool)] = len(sources) + 1
     return codes, names
-
-
-def _bounds(x: np.ndarray, y: np.ndarray, margin: float = 0.05):
-    x0, x1 = float(np.min(x)), float(np.max(x))
-    y0, y1 = float(np.min(y)), float(np.max(y))
-    dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-    return (x0 - margin * dx, x1 + margin * dx), (y0 - margin * dy, y1 + margin * dy)
-
-
-def shade_points(x, y, codes, names: list[str], width: int, height: int, x_range, y_range, colors: dict[str, str],
-                 chunk: int = 2_000_000, progress=None):
-    """Datashader: count points per category (chunk by chunk, counts added) and shade; returns a
-    PIL RGBA image. `codes` index `names`; x, y may be float32.
-
-    Cited-only papers form a grey layer underneath, so the corpus sources are drawn on top of
-    them instead of being blended into a much larger grey count.
-    """
-    import datashader as ds
-    import datashader.transfer_functions as tf
-
-    cvs = ds.Canvas(plot_width=width, plot_height=height, x_range=x_range, y_range=y_range)
-    codes = np.asarray(codes)
-    cited_code = names.index(CITED_ONLY) if CITED_ONLY in names else -1
-    layers = []
-    for is_cited in (True, False):
-        keys = {c: v for c, v in colors.items() if (c == CITED_ONLY) == is_cited}
-        if not keys:
-            continue
-        cats = sorted(keys)
-        to_cat = np.full(len(names), -1, np.int32)          # global code -> position in this layer's cats
-        for i, c in enumerate(names):
-            if c in keys:
-                to_cat[i] = cats.index(c)
-        total = None
-        for lo in range(0, len(codes), chunk):
-            c = codes[lo:lo + chunk]
-            sel = np.flatnonzero((c == cited_code) == is_cited)
-            if len(sel):
-                df = pd.DataFrame({"x": x[lo:lo + chunk][sel], "y": y[lo:lo + chunk][sel],
-                                   "c": pd.Categorical.from_codes(to_cat[c[sel]], categories=cats)})
-                agg = cvs.points(df, "x", "y", ds.count_cat("c"))
-                if total is None:
-                    total = agg
-                else:
-                    total.data += agg.data
-            if progress is not None:
-                progress.advance(min(chunk, len(codes) - lo))
-        if total is None:
-            continue
-        img = tf.shade(total, color_key=keys, how="eq_hist", min_alpha=120 if is_cited else 220)
-        # Single pixels vanish on a 1000-px map: grow every point a little, then more where sparse.
-        layers.append(tf.dynspread(tf.spread(img, px=1), threshold=0.6, max_px=2))
-    return tf.stack(*layers).to_pil()
-
-
-def compose_png(img, counts: dict[str, int], colors: dict[str, str], width: int, height: int,
-                legend_width: int, title: str):
-    """White canvas of exactly width × height: the map on the left, a legend on the right."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    out = Image.new("RGB", (width, height), "white")
-    out.paste(img, (0, 0), img)
-    draw = ImageDraw.Draw(out)
-    try:  # matplotlib ships DejaVu Sans; PIL's built-in bitmap font is the fallback
-        from matplotlib import font_manager
-
-        font = ImageFont.truetype(font_manager.findfont("DejaVu Sans"), 13)
-    except Exception:  # noqa: BLE001
-        font = ImageFont.load_default()
-    x0 = width - legend_width + 12
-    draw.text((x0, 12), title[:40], fill="black", font=font)
-    draw.text((x0, 32), "colour = source", fill="#444444", font=font)
-    yy = 56
-    for cat in colors:
-        draw.rectangle([x0, yy, x0 + 14, yy + 14], fill=colors[cat])
-        draw.text((x0 + 22, yy + 1), f"{cat} ({counts.get(cat, 0):,})"[:32], fill="black", font=font)
-        yy += 22
-        if yy > height - 20:
-            break
-    return out
 
 
 def _linear_colors(values: np.ndarray, palette: list[str], missing: str = "#bbbbbb") -> list[str]:
@@ -276,10 +208,29 @@ class Steps:
                  self.record[step]["rss_mb"], self.record[step]["peak_rss_mb"])
 
 
-def paper_xy(ids_path, labels: np.ndarray, topic_xy: np.ndarray, radii: np.ndarray, seed: int,
-             chunk: int = 1_000_000) -> np.ndarray:
-    """float32 positions (n × 2) of the vector rows (NaN where unlabelled), from the ids file read
-    chunk by chunk (a paper's point depends only on its id and topic)."""
+def frame_offsets(X, labels: np.ndarray, lay: LocalLayout, block_rows: int | None = None) -> np.ndarray:
+    """float32 offsets (n × 2) of the labelled rows in their topic's frame (NaN elsewhere), from the
+    vector store read in blocks."""
+    from mapping.io import block_rows as _block_rows
+
+    n, d = X.shape
+    out = np.full((n, 2), np.nan, np.float32)
+    step = block_rows or _block_rows(d, 8 * 2)      # the block and its gathered frames
+    with Progress("render: papers' local layout", n, "rows") as prog:
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            ok = np.flatnonzero(labels[lo:hi] >= 0)
+            if len(ok):
+                Xb = read_rows(X, lo, hi)
+                out[lo + ok] = lay.offsets(Xb[ok], labels[lo:hi][ok])
+                del Xb
+            prog.advance(hi - lo)
+    return out
+
+
+def paper_xy(ids_path, labels: np.ndarray, off: np.ndarray, lay: LocalLayout, chunk: int = 1_000_000) -> np.ndarray:
+    """float32 positions (n × 2) of the vector rows (NaN where unlabelled) from their frame
+    offsets; the ids file is read chunk by chunk (topics without spread hash the paper_id)."""
     n = len(labels)
     out = np.full((n, 2), np.nan, np.float32)
     with Progress("render: paper positions", n, "papers") as prog:
@@ -290,7 +241,7 @@ def paper_xy(ids_path, labels: np.ndarray, topic_xy: np.ndarray, radii: np.ndarr
             ok = np.flatnonzero(lb >= 0)
             if len(ok):
                 ids = b.column(0).to_numpy(zero_copy_only=False)
-                out[lo + ok] = place_papers(ids[ok], lb[ok], topic_xy, radii, seed)
+                out[lo + ok] = lay.from_offsets(off[lo:hi][ok].astype(np.float64), lb[ok], ids[ok])
             prog.advance(hi - lo)
             lo = hi
     if lo != n:
@@ -314,29 +265,45 @@ def group_mean_xy(labels: np.ndarray, pxy: np.ndarray, n_topics: int, chunk: int
 
 def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     """The stage: see the module doc. Memory: the vector store is read in blocks; per paper the
-    stage keeps ~40 bytes of arrays plus its title words and fields as sparse rows."""
+    stage keeps ~50 bytes of arrays plus its title words and fields as sparse rows."""
     steps = Steps("render")
     with steps("load"):
         vec = open_vectors(layout)
         n = vec.n
         res_list = cluster_resolutions(layout)
         map_res = choose_resolution(res_list, cfg.map_resolution)
-        labels_map = cluster_labels(layout, map_res, n)
-        on_map = labels_map >= 0
-        if not on_map.any():
+        labels_all = cluster_labels(layout, map_res, n)
+        if not (labels_all >= 0).any():
             raise UserError("no clustered paper has a vector; re-run knn and cluster on this run's embeddings")
     with steps("papers"):
         meta = load_row_meta(layout, vec.ids_arrow())
-    n_topics = int(labels_map.max()) + 1
+        clustered = labels_all >= 0
+        on_map = clustered & (~meta.cited_only if cfg.papers_shown == "corpus" else True)
+        if not on_map.any():
+            raise UserError(f"none of the {int(clustered.sum()):,} clustered papers has a record of its own "
+                            "(all are cited-only references); set [render] papers_shown = \"all\" to draw them")
+        labels_map = np.where(on_map, labels_all, -1).astype(np.int32)
+        # topics with a shown paper, numbered 0..T-1 for the layout (the topics table keeps `cluster`)
+        present = np.flatnonzero(np.bincount(labels_map[on_map], minlength=int(labels_all.max()) + 1))
+        dense = np.full(int(labels_all.max()) + 1, -1, np.int32)
+        dense[present] = np.arange(len(present), dtype=np.int32)
+        lab_d = np.where(on_map, dense[np.maximum(labels_map, 0)], -1).astype(np.int32)
+        T = len(present)
+        tsize = np.bincount(lab_d[on_map], minlength=T)
 
     with steps("topic_vectors"):
         with Progress("render: topic vectors", n, "rows") as prog:
-            tv = topic_vectors(vec.X, labels_map, n_topics, progress=prog)
+            tv = topic_vectors(vec.X, lab_d, T, progress=prog)
 
     with steps("layout"):
         txy = topic_layout(tv, cfg.layout_method, cfg.seed, cfg.n_neighbors, cfg.min_dist)
-        tsize = np.bincount(labels_map[on_map], minlength=n_topics)
-        pxy = paper_xy(vec.path / VECTORS_IDS, labels_map, txy, disc_radii(txy, tsize, cfg.jitter), cfg.seed)
+        lay = new_local_layout(tv, txy, tsize, cfg.jitter, cfg.seed, cfg.frame_neighbours)
+        off = frame_offsets(vec.X, lab_d, lay)
+        lay.fit_spread(lab_d, off)
+        pxy = paper_xy(vec.path / VECTORS_IDS, lab_d, off, lay)
+        del off
+        lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
+                 topic_vecs=tv.astype(np.float32), papers_shown=np.str_(cfg.papers_shown))
 
     with steps("topics"):
         data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
@@ -351,12 +318,16 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                     lab = cluster_labels(layout, r, n)
                     lab[~on_map] = -1        # the map's papers only, so all levels share its coordinates
                 ov = overlays(data, lab, cfg.label_words)
-                xy = txy if r == map_res else group_mean_xy(lab, pxy, len(ov))
+                if r == map_res:
+                    xy = np.full((len(ov), 2), np.nan)
+                    xy[present] = txy
+                else:
+                    xy = group_mean_xy(lab, pxy, len(ov))
                 ov["x"], ov["y"], ov["resolution"] = xy[:, 0].astype(np.float32), xy[:, 1].astype(np.float32), r
                 ov = ov[ov["size"] > 0]
                 rows.append(ov)
                 if r == map_res:
-                    map_topics = ov
+                    map_topics = ov.reset_index(drop=True)      # row d = dense topic d
                 prog.advance(1)
         topics = pd.concat(rows, ignore_index=True)
         write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"),
@@ -364,16 +335,22 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
 
     with steps("examples"):
         with Progress("render: example titles", n, "rows") as prog:
-            central = central_rows(vec.X, labels_map, tv, meta.has_title, cfg.examples, progress=prog)
-        wanted = [meta.paper_of_row[central[c]] for c in map_topics["cluster"]]
+            central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog)
+        wanted = [meta.paper_of_row[central[d]] for d in range(T)]
         titles = read_titles(meta.papers_files, np.concatenate(wanted) if wanted else np.zeros(0, np.int64))
         examples = [[titles[i] for i in w.tolist()] for w in wanted]
 
     with steps("render"):
         codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
-        summary = render_files(layout, pxy, codes, names, on_map, map_topics, examples, cfg)
-    summary.update({"map_resolution": map_res, "papers_on_map": int(on_map.sum()),
+        keep = np.flatnonzero(on_map)
+        summary = render_files(layout, pxy[keep], codes[keep], names, lab_d[keep], map_topics, examples, cfg,
+                               map_res)
+    summary.update({"map_resolution": map_res, "papers_shown": cfg.papers_shown,
+                    "papers_clustered": int(clustered.sum()), "papers_on_map": int(on_map.sum()),
+                    "cited_only_clustered": int((clustered & meta.cited_only).sum()),
+                    "cited_only_not_drawn": int((clustered & ~on_map).sum()),
                     "papers_without_metadata": int((meta.source[on_map] < 0).sum()),
+                    "topics_clustered": int(len(np.unique(labels_all[clustered]))),
                     "topics_on_map": int(len(map_topics)), "topics_rows": int(len(topics)),
                     "vectors": {"rows": n, "dim": vec.dim, "dtype": vec.meta.get("dtype")},
                     "title_words": int(len(meta.vocab)), "field_categories": int(len(meta.categories)),
@@ -383,35 +360,89 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     return summary
 
 
-def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], on_map: np.ndarray,
-                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig) -> dict:
-    """Write map.png and map.html from paper positions (float32), their colour categories
-    (codes into `names`) and the map-resolution topics."""
-    if cfg.width <= cfg.legend_width + 50 or cfg.height < 50:
+def field_codes(main_field: pd.Series, sizes: np.ndarray, n_named: int) -> tuple[np.ndarray, list[str], dict]:
+    """Per topic a code into the legend's names: the `n_named` main fields with most papers, then
+    'other fields', then 'no field' (topics none of whose papers has a field)."""
+    mf = main_field.fillna(NO_FIELD).to_numpy(dtype=object)
+    papers = pd.Series(sizes, dtype=np.int64).groupby(mf).sum().sort_values(ascending=False, kind="stable")
+    named = [f for f in papers.index if f != NO_FIELD][:n_named]
+    names = named + [OTHER_FIELDS, NO_FIELD]
+    pos = {f: i for i, f in enumerate(named)}
+    codes = np.array([pos.get(f, len(named) + 1 if f == NO_FIELD else len(named)) for f in mf], np.int32)
+    colors = {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(named)}
+    colors[OTHER_FIELDS] = "#555555"
+    colors[NO_FIELD] = UNDER_COLOR
+    return codes, names, colors
+
+
+def _png_bytes(img) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
+                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float) -> dict:
+    """Write map.png, the overlay PNGs and map.html from the shown papers' positions (float32),
+    their source categories (codes into `names`) and topics (rows of `map_topics`)."""
+    if cfg.width <= cfg.legend_width + 50 or cfg.height < 80:
         raise UserError(f"map size {cfg.width}x{cfg.height} is too small for a legend of {cfg.legend_width} px")
-    if not np.asarray(on_map).all():
-        keep = np.flatnonzero(on_map)
-        pxy, codes = pxy[keep], codes[keep]
     n_cat = np.bincount(codes, minlength=len(names))
     present = [names[i] for i in np.flatnonzero(n_cat)]
     colors = category_colors(present)
     order = sorted(np.flatnonzero(n_cat).tolist(), key=lambda i: -n_cat[i])
     counts = {names[i]: int(n_cat[i]) for i in order}
-    xr, yr = _bounds(pxy[:, 0], pxy[:, 1])
-    mw, mh = cfg.width - cfg.legend_width, cfg.height
-    with Progress("render: datashader", 2 * len(codes), "points") as prog:
-        img = shade_points(pxy[:, 0], pxy[:, 1], codes, names, mw, mh, xr, yr, colors, progress=prog)
-    png = compose_png(img, counts, colors, cfg.width, cfg.height, cfg.legend_width, cfg.title)
-    buf = io.BytesIO()
-    png.save(buf, format="PNG")
-    write_bytes_atomic(layout.map_png, buf.getvalue())
-    # The HTML background is the bare datashader image on white (its extent = the plot ranges).
+    xr, yr = bounds(pxy[:, 0], pxy[:, 1])
+    frame = Frame(cfg.width, cfg.height, cfg.legend_width, xr, yr)
+    x, y = pxy[:, 0], pxy[:, 1]
+    title = f"{cfg.title}: {len(pxy):,} papers, {len(map_topics):,} topics (CPM resolution {map_res:g})"
+    sizes = map_topics["size"].to_numpy()
+    big = np.argsort(-sizes, kind="stable")[:cfg.labels_on_png]
+    lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
+    lab_x, lab_y = map_topics["x"].to_numpy()[big], map_topics["y"].to_numpy()[big]
+
+    def finish(img, path, draw_legend):
+        out, draw = compose(img, frame, title)
+        draw_legend(draw)
+        place_labels(draw, frame, lab_text, lab_x, lab_y)
+        write_bytes_atomic(path, _png_bytes(out))
+
+    files = {}
+    with Progress("render: datashader", 4 * len(codes), "points") as prog:
+        base = shade_categories(x, y, codes, names, colors, frame, under=CITED_ONLY, progress=prog)
+        finish(base, layout.map_png, lambda d: legend(d, frame, "colour = source",
+                                                      [(c, colors[c], counts[c]) for c in counts]))
+        files["map"] = str(layout.map_png)
+
+        fcode, fnames, fcolors = field_codes(map_topics["main_field"], sizes, cfg.legend_fields)
+        fcount = np.bincount(fcode[topic], minlength=len(fnames))
+        ftopics = np.bincount(fcode, minlength=len(fnames))
+        img = shade_categories(x, y, fcode[topic], fnames, fcolors, frame, under=NO_FIELD, progress=prog)
+        items = [(f, fcolors[f], int(fcount[i])) for i, f in enumerate(fnames) if fcount[i]]
+        finish(img, layout.map_overlay_png("field"),
+               lambda d: legend(d, frame, "colour = topic's main field (papers)", items))
+        field_summary = {f: {"papers": int(fcount[i]), "topics": int(ftopics[i])} for i, f in enumerate(fnames)}
+        files["map_field"] = str(layout.map_overlay_png("field"))
+
+        for name, col, heading, cmap, fmt in (
+                ("interdisciplinarity", "interdisciplinarity", "topic interdisciplinarity DIV", "plasma", ".3f"),
+                ("year", "mean_year", "topic mean publication year", "viridis", ".0f")):
+            tval = map_topics[col].to_numpy(np.float64)
+            fin = tval[np.isfinite(tval)]
+            span = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 1.0)
+            pal = palette_of(cmap)
+            img = shade_values(x, y, tval[topic], frame, pal, span, progress=prog)
+            note = f"no value ({int((~np.isfinite(tval)).sum()):,} topics)" if len(fin) < len(tval) else ""
+            finish(img, layout.map_overlay_png(name),
+                   lambda d, h=heading, p=pal, s=span, f=fmt, nt=note: colour_bar(d, frame, h, p, s, f, nt))
+            files[f"map_{name}"] = str(layout.map_overlay_png(name))
+
+    # The HTML background is the bare datashader image of the base map on white (extent = the plot ranges).
     from PIL import Image
 
-    bg = Image.new("RGB", img.size, "white")
-    bg.paste(img, (0, 0), img)
-    b2 = io.BytesIO()
-    bg.save(b2, format="PNG")
-    html = build_html(map_topics, examples, b2.getvalue(), xr, yr, cfg)
+    bg = Image.new("RGB", base.size, "white")
+    bg.paste(base, (0, 0), base)
+    html = build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg)
     write_text_atomic(layout.map_html, html)
-    return {"png": str(layout.map_png), "html": str(layout.map_html), "html_bytes": len(html), "sources": counts}
+    return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),
+            "sources": counts, "fields": field_summary}

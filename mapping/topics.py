@@ -4,8 +4,8 @@
 - Label = the topic's most distinctive title words, class-based TF-IDF: a word's share of the
   topic's title words times log(1 + average words per topic / the word's corpus frequency);
   each title counts a word once; words used by at least two of the topic's titles come first.
-- main_field = most frequent `fields` value of its papers (ties alphabetical); if none of its
-  papers has a field, its most frequent `source`.
+- main_field = most frequent `fields` value of its papers (ties alphabetical); null if none of
+  its papers has a field (a source name is not a field).
 - mean_year over papers with a year (NaN when none).
 - Interdisciplinarity = DIV ∈ [0, 1] (Leydesdorff, Wagner & Bornmann 2019) over the `fields`
   categories of the topic's papers: (n_c / N) · (1 − Gini) · Σ_{k≠l} d_kl / (n_c (n_c − 1)), the
@@ -441,22 +441,8 @@ def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: in
     disparity = category_disparity(Fk) if has_cats else np.zeros((0, 0))
     best_cat = _row_argmax_first(TC)
 
-    # the most frequent source (ties alphabetical; no source = "unknown") where a topic has no field
-    names = list(data.sources)
-    if "unknown" not in names:
-        names.append("unknown")
-    order = np.argsort(np.asarray(names, dtype=object), kind="stable")
-    new_code = np.empty(len(names), np.int64)
-    new_code[order] = np.arange(len(names))
-    sorted_names = [names[i] for i in order]
-    src = np.asarray(data.source)[keep].astype(np.int64)
-    src = new_code[np.where(src >= 0, src, names.index("unknown"))]
-    S = len(names)
-    sc = np.bincount(lab_k * S + src, minlength=n_topics * S).reshape(n_topics, S)
-    best_src = np.argmax(sc, axis=1)
-
-    main = [data.categories[c] if c >= 0 else (sorted_names[s] if size[t] else "unknown")
-            for t, (c, s) in enumerate(zip(best_cat.tolist(), best_src.tolist()))]
+    # a source or an article type is not a subject: no field = no main field (null)
+    main = [data.categories[c] if c >= 0 else None for c in best_cat.tolist()]
 
     year = np.asarray(data.year)
     has = keep & ~np.isnan(year)

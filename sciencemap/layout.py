@@ -40,6 +40,15 @@ class RunLayout:
     def map_png(self) -> Path:
         return self.root / "map.png"
 
+    def map_overlay_png(self, overlay: str) -> Path:
+        """map_<overlay>.png: the papers coloured by a topic overlay (field, interdisciplinarity, year)."""
+        return self.root / f"map_{overlay}.png"
+
+    @property
+    def map_layout(self) -> Path:
+        """The map's topic positions and paper-placement frames (mapping.layout.LocalLayout)."""
+        return self.root / "map_layout.npz"
+
     @property
     def map_html(self) -> Path:
         return self.root / "map.html"

@@ -10,8 +10,8 @@ from sciencemap.contracts import SCHEMAS
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
-from mapping.layout import paper_positions, topic_layout
-from mapping.render import RenderConfig, CITED_ONLY_COLOR, category_colors, run_render
+from mapping.layout import LocalLayout, new_local_layout, topic_layout
+from mapping.render import OVERLAY_PNGS, RenderConfig, CITED_ONLY_COLOR, category_colors, field_codes, run_render
 from mapping.topics import topic_overlays, topic_vectors
 
 
@@ -51,7 +51,8 @@ def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
     from PIL import Image
 
     layout, _, _ = _render_run(tmp_path / "r", make_run, n_clusters=6, per=30, dim=16, noise=0.3)
-    cfg = RenderConfig(map_resolution=0.05, layout_method="pca", width=500, height=360, legend_width=140)
+    cfg = RenderConfig(map_resolution=0.05, layout_method="pca", width=500, height=360, legend_width=140,
+                       papers_shown="all")
     s = run_render(cfg, layout)
     topics = read_table(layout.table("topics"))
     assert topics.schema.equals(SCHEMAS["topics"])
@@ -61,7 +62,7 @@ def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
     assert t["label"].str.len().gt(0).all() and np.isfinite(t[["x", "y"]].to_numpy()).all()
     img = Image.open(layout.map_png)
     assert img.size == (500, 360)
-    arr = np.asarray(img.convert("RGB"))[:, : 500 - 140]    # the map area, legend excluded
+    arr = np.asarray(img.convert("RGB"))[30:, : 500 - 140]  # the map area: title band and legend excluded
     colours = category_colors(["elife", "pubmed", "scisummnet"])
     hits = {src: _nonwhite_matches(arr, c) for src, c in colours.items()}
     assert all(v > 0 for v in hits.values()), hits           # all 3 source colours are drawn
@@ -79,6 +80,55 @@ def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
         run_render(RenderConfig(map_resolution=0.5, layout_method="pca"), layout)
 
 
+def test_overlay_pngs_show_fields_values_and_counts(tmp_path, make_run):
+    """map_field.png draws each named field in its legend colour, with the papers per field in the
+    summary; the value overlays have a colour bar; every PNG has the size asked for."""
+    from PIL import Image
+
+    layout, _, true = _render_run(tmp_path / "r", make_run, n_clusters=8, per=30, dim=16, noise=0.3)
+    cfg = RenderConfig(map_resolution=0.05, layout_method="pca", width=600, height=400, legend_width=200)
+    s = run_render(cfg, layout)
+    t = read_table(layout.table("topics")).to_pandas()
+    t = t[t["resolution"] == 0.05].reset_index(drop=True)
+    # make_run's cluster c has papers in Field{c % 4} (every 5th also in Field{(c+1) % 4})
+    assert sorted(t["main_field"]) == sorted(f"Field{c % 4}" for c in range(8))
+    assert s["fields"]["Field0"]["topics"] == 2 and s["fields"]["Field0"]["papers"] == int(t[t["main_field"] == "Field0"]["size"].sum())
+    assert sum(v["papers"] for v in s["fields"].values()) == s["papers_on_map"]
+    codes, names, colors = field_codes(t["main_field"], t["size"].to_numpy(), 12)
+    arr = np.asarray(Image.open(layout.map_overlay_png("field")).convert("RGB"))
+    for f in ("Field0", "Field1", "Field2", "Field3"):
+        assert _nonwhite_matches(arr[30:, :400], colors[f]) > 0, f       # drawn on the map
+        assert _nonwhite_matches(arr[30:, 400:], colors[f]) > 0, f       # and a swatch in the legend
+    for name in OVERLAY_PNGS:
+        img = Image.open(layout.map_overlay_png(name))
+        assert img.size == (600, 400)
+        assert s["pngs"][f"map_{name}"] == str(layout.map_overlay_png(name))
+    year = np.asarray(Image.open(layout.map_overlay_png("year")).convert("RGB")).astype(int)
+    bar = year[60:300, 410:420]                                         # the colour bar's column
+    assert len({tuple(p) for p in bar.reshape(-1, 3)}) > 50              # a gradient, not a swatch
+
+
+def test_cited_only_papers_are_not_drawn_unless_asked(tmp_path, make_run):
+    layout, _, true = _render_run(tmp_path / "r", make_run, n_clusters=6, per=35, dim=16, noise=0.3)
+    papers = read_table(layout.table("papers")).to_pandas()
+    cited = int(papers["source_file"].isna().sum())
+    corpus = run_render(RenderConfig(map_resolution=0.05, layout_method="pca", width=400, height=300,
+                                     legend_width=120), layout)
+    t = read_table(layout.table("topics")).to_pandas()
+    assert corpus["papers_on_map"] == 210 - cited and corpus["cited_only_not_drawn"] == cited == 30
+    assert corpus["papers_clustered"] == 210 and "cited, title only" not in corpus["sources"]
+    assert t.groupby("resolution")["size"].sum().eq(210 - cited).all()
+    every = run_render(RenderConfig(map_resolution=0.05, layout_method="pca", width=400, height=300,
+                                    legend_width=120, papers_shown="all"), layout)
+    assert every["papers_on_map"] == 210 and every["cited_only_not_drawn"] == 0
+    # a run whose clustered papers are all cited-only has nothing to draw by default
+    papers["source_file"] = None
+    write_table_atomic(pa.Table.from_pandas(papers, schema=SCHEMAS["papers"], preserve_index=False),
+                       layout.table("papers"))
+    with pytest.raises(UserError, match="papers_shown"):
+        run_render(RenderConfig(map_resolution=0.05, layout_method="pca"), layout)
+
+
 def test_render_stage_equals_the_in_memory_computation(tmp_path, make_run):
     """The streamed stage (vector store blocks, papers joined by id, one vocabulary) gives the
     topics table of the whole-table computation: the pandas join, dense topic means, overlays per
@@ -92,7 +142,7 @@ def test_render_stage_equals_the_in_memory_computation(tmp_path, make_run):
     fine = true.copy()
     fine[true == 2] = 6 + (np.arange((true == 2).sum()) % 2)     # cluster 2 split in two, ids with a gap
     _clusters(layout, vec, {0.01: true // 2, 0.05: true, 0.1: fine})
-    cfg = RenderConfig(layout_method="pca", width=400, height=300, legend_width=120)
+    cfg = RenderConfig(layout_method="pca", width=400, height=300, legend_width=120, papers_shown="all")
     s = run_render(cfg, layout)
     assert s["map_resolution"] == 0.05 and s["papers_without_metadata"] == 1
     got = read_table(layout.table("topics")).to_pandas()
@@ -102,7 +152,14 @@ def test_render_stage_equals_the_in_memory_computation(tmp_path, make_run):
     meta = papers.set_index("paper_id").reindex(ids).reset_index()
     tv = topic_vectors(X, true)
     txy = topic_layout(tv, "pca", cfg.seed)
-    pxy = paper_positions(ids, true, txy, np.bincount(true), cfg.jitter, cfg.seed)
+    lay = new_local_layout(tv, txy, np.bincount(true), cfg.jitter, cfg.seed, cfg.frame_neighbours)
+    off = lay.offsets(X, true)
+    lay.fit_spread(true, off)
+    pxy = lay.from_offsets(off, true, ids)
+    saved, extra = LocalLayout.load(layout.map_layout)
+    np.testing.assert_allclose(saved.topic_xy, txy)
+    np.testing.assert_allclose(saved.scale, lay.scale, rtol=1e-5)
+    assert extra["resolution"] == 0.05 and list(extra["cluster"]) == list(range(6))
     for r, lab in ((0.01, true // 2), (0.05, true), (0.1, fine)):
         ov = topic_overlays(meta, lab, cfg.label_words)
         ov = ov[ov["size"] > 0].reset_index(drop=True)
@@ -124,7 +181,8 @@ def test_render_survives_missing_titles_and_papers_without_metadata(tmp_path, ma
     papers = papers[papers.index % 6 != 5]
     write_table_atomic(pa.Table.from_pandas(papers, preserve_index=False), layout.table("papers"), SCHEMAS["papers"])
     _clusters(layout, vec, {0.05: true})
-    s = run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120), layout)
+    s = run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120, papers_shown="all"),
+                   layout)
     assert s["papers_without_metadata"] == 20 and s["papers_on_map"] == 120
     t = read_table(layout.table("topics")).to_pandas()
     assert t["label"].str.len().gt(0).all()
@@ -144,8 +202,8 @@ def test_render_from_a_float16_store_and_with_unclustered_rows(tmp_path, make_ru
     lab = true.copy()
     lab[::10] = -1                                         # rows left out of the map resolution
     _clusters(layout, vec, {0.05: lab, 0.01: true // 2})
-    s = run_render(RenderConfig(map_resolution=0.05, layout_method="pca", width=300, height=200, legend_width=100),
-                   layout)
+    s = run_render(RenderConfig(map_resolution=0.05, layout_method="pca", width=300, height=200, legend_width=100,
+                                papers_shown="all"), layout)
     t = read_table(layout.table("topics")).to_pandas()
     assert s["papers_on_map"] == 54
     assert t.groupby("resolution")["size"].sum().eq(54).all()   # every level holds the map's papers
