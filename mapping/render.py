@@ -33,7 +33,8 @@ import contextlib
 import io
 import logging
 import time
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,7 @@ from sciencemap.contracts import SCHEMAS, VECTORS_IDS
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
-from sciencemap.storage import write_bytes_atomic, write_table_atomic, write_text_atomic
+from sciencemap.storage import atomic_file, write_bytes_atomic, write_table_atomic, write_text_atomic
 from sciencemap.vectors import open_vectors, read_rows
 
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
@@ -302,8 +303,10 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         lay.fit_spread(lab_d, off)
         pxy = paper_xy(vec.path / VECTORS_IDS, lab_d, off, lay)
         del off
+        with atomic_file(layout.map_positions) as tmp, open(tmp, "wb") as f:
+            np.save(f, pxy)             # a file object: np.save would add ".npy" to the temporary's name
         lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
-                 topic_vecs=tv.astype(np.float32), papers_shown=np.str_(cfg.papers_shown))
+                 topic_vecs=tv.astype(np.float32), render_config=np.str_(json.dumps(asdict(cfg))))
 
     with steps("topics"):
         data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
@@ -381,15 +384,17 @@ def _png_bytes(img) -> bytes:
     return buf.getvalue()
 
 
-def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
-                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float) -> dict:
-    """Write map.png, the overlay PNGs and map.html from the shown papers' positions (float32),
-    their source categories (codes into `names`) and topics (rows of `map_topics`)."""
+def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
+              map_topics: pd.DataFrame, cfg: RenderConfig, map_res: float, colors: dict[str, str] | None = None,
+              under: str | None = CITED_ONLY):
+    """map.png (papers by category: `codes` into `names`) and the overlay PNGs (papers by their
+    topic's row in `map_topics`: `topic`), from float32 positions. Returns (the base map's
+    datashader image, {name: path}, papers per category, papers and topics per main field)."""
     if cfg.width <= cfg.legend_width + 50 or cfg.height < 80:
         raise UserError(f"map size {cfg.width}x{cfg.height} is too small for a legend of {cfg.legend_width} px")
     n_cat = np.bincount(codes, minlength=len(names))
     present = [names[i] for i in np.flatnonzero(n_cat)]
-    colors = category_colors(present)
+    colors = {**category_colors(present), **(colors or {})}
     order = sorted(np.flatnonzero(n_cat).tolist(), key=lambda i: -n_cat[i])
     counts = {names[i]: int(n_cat[i]) for i in order}
     xr, yr = bounds(pxy[:, 0], pxy[:, 1])
@@ -409,7 +414,7 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
 
     files = {}
     with Progress("render: datashader", 4 * len(codes), "points") as prog:
-        base = shade_categories(x, y, codes, names, colors, frame, under=CITED_ONLY, progress=prog)
+        base = shade_categories(x, y, codes, names, colors, frame, under=under, progress=prog)
         finish(base, layout.map_png, lambda d: legend(d, frame, "colour = source",
                                                       [(c, colors[c], counts[c]) for c in counts]))
         files["map"] = str(layout.map_png)
@@ -436,12 +441,20 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
             finish(img, layout.map_overlay_png(name),
                    lambda d, h=heading, p=pal, s=span, f=fmt, nt=note: colour_bar(d, frame, h, p, s, f, nt))
             files[f"map_{name}"] = str(layout.map_overlay_png(name))
+    return base, files, counts, field_summary
 
+
+def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
+                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float) -> dict:
+    """Write the map PNGs (draw_pngs) and map.html from the shown papers' positions (float32),
+    their source categories (codes into `names`) and topics (rows of `map_topics`)."""
+    base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res)
     # The HTML background is the bare datashader image of the base map on white (extent = the plot ranges).
     from PIL import Image
 
     bg = Image.new("RGB", base.size, "white")
     bg.paste(base, (0, 0), base)
+    xr, yr = bounds(pxy[:, 0], pxy[:, 1])
     html = build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg)
     write_text_atomic(layout.map_html, html)
     return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),

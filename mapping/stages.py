@@ -6,6 +6,7 @@ from sciencemap.stages import Stage
 from mapping.cluster import ClusterConfig
 from mapping.evaluate import EvaluateConfig
 from mapping.knn import KnnConfig
+from mapping.place import PlaceConfig
 from mapping.render import RenderConfig
 
 
@@ -27,6 +28,12 @@ def _render(cfg, layout, ctx):
     return run_render(cfg, layout)
 
 
+def _place(cfg, layout, ctx):
+    from mapping.place import run_place
+
+    return run_place(cfg, layout)
+
+
 def _evaluate(cfg, layout, ctx):
     from mapping.evaluate import run_evaluate
 
@@ -41,3 +48,7 @@ RENDER = Stage("render", 70, RenderConfig, _render, summary="Lay out the topics 
                "writes the topics table, map.png and map.html.")
 EVALUATE = Stage("evaluate", 80, EvaluateConfig, _evaluate, summary="MeSH clustering accuracy per resolution, "
                  "network statistics, report.md and metrics.json.")
+PLACE = Stage("place", 75, PlaceConfig, _place, in_pipeline=False,
+              summary="Place new papers (a run with their embeddings, --new) on this run's finished map: "
+                      "neighbours on the map, a topic each, a position in it; writes the placed table and "
+                      "redraws the map PNGs. Nothing of kNN, Leiden or UMAP is re-run.")

@@ -50,6 +50,11 @@ class RunLayout:
         return self.root / "map_layout.npz"
 
     @property
+    def map_positions(self) -> Path:
+        """paper_xy.npy: float32 map position of each vector row (NaN = not drawn)."""
+        return self.root / "paper_xy.npy"
+
+    @property
     def map_html(self) -> Path:
         return self.root / "map.html"
 

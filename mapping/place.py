@@ -1,0 +1,215 @@
+"""Placing new papers on a finished map without recomputing it (METHODS.md §5.6).
+
+A user with a new month of papers ingests and embeds them in a run of their own, with the map
+run's model (`[embed] model = "<map run>/model"`), then:
+
+    sciencemap place --run <map run> --new <new papers' run>
+
+1. the new papers' vectors (their run's vector store, converted from its embeddings),
+2. their k nearest papers on the map: the knn stage's search (mapping.knn: exact below
+   `exact_below` map papers, IVF-SQ8 with exact re-ranking above) over the map run's vector store,
+3. a topic each: the map topic with the largest summed similarity among those neighbours (papers
+   whose topic is not on the map do not vote); a paper none of whose neighbours is in a map topic
+   is left unplaced, with the reason,
+4. a position inside that topic: the map's own local layout (mapping.layout.LocalLayout, saved by
+   the render stage), so a new paper sits where an old paper with its vector would,
+5. the `placed` table (paper_id, cluster, x, y, vote share, nearest similarity; or the reason it
+   was not placed) and the map PNGs redrawn with the new papers ("placed" in map.png's legend;
+   on the overlays with their topic's colour). Old papers, topics, their positions and
+   overlay values stay as they are: nothing of kNN, Leiden or UMAP is re-run. map.html is not
+   redrawn (re-run render for that, which also drops the placed papers from the PNGs).
+
+Scale: the new vectors are read in blocks of `block_size`; per new paper the stage keeps its
+topic, position and two floats. 1M new papers on a 1M-paper map: bench/placement.py.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields as dc_fields
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from sciencemap.config import setting
+from sciencemap.layout import RunLayout
+from sciencemap.progress import Progress
+from sciencemap.runtime import UserError, rss_mb
+from sciencemap.storage import read_table, require_dir, write_table_atomic
+from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
+
+from mapping.io import cluster_labels, load_row_meta
+from mapping.knn import INDEXES, KnnConfig, make_plan, make_searcher
+from mapping.layout import LocalLayout
+from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories
+
+log = logging.getLogger(__name__)
+
+PLACED = "placed (new)"
+PLACED_COLOR = "#e31a1c"
+PLACED_SCHEMA = pa.schema([
+    ("paper_id", pa.string()), ("cluster", pa.int32()), ("x", pa.float32()), ("y", pa.float32()),
+    ("vote_share", pa.float32()), ("nearest_similarity", pa.float32()), ("reason", pa.string())])
+
+
+@dataclass
+class PlaceConfig:
+    new: str = setting("", "run directory of the new papers: its embeddings (embed stage, the map run's model)")
+    k: int = setting(20, "neighbours on the map that vote for a new paper's topic")
+    index: str = setting("auto", "search over the map's vectors, as [knn] index", choices=INDEXES)
+    exact_below: int = setting(200_000, "auto: exact search below this many map papers")
+    block_size: int = setting(16_384, "new papers per search block")
+    redraw: bool = setting(True, "redraw the map PNGs with the placed papers (--no-redraw: only the table)")
+    gpu: str = setting("auto", "FAISS on the GPU as in [knn]", choices=("auto", "never", "require"))
+
+
+def vote_topics(D: np.ndarray, I: np.ndarray, topic_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: the topic with the largest summed similarity among its neighbours I (-1 = none),
+    ties to the smaller topic number, and that topic's share of the voting neighbours.
+    Returns (topic, share); topic -1 where no neighbour is in a topic."""
+    nq, k = I.shape
+    t = np.where(I >= 0, topic_of_row[np.maximum(I, 0)], -1)
+    w = np.where(t >= 0, np.maximum(D.astype(np.float64), 0.0) + 1e-9, 0.0)   # a zero similarity still votes
+    # sort each row's neighbours by topic, then sum the weights of equal topics (vectorised per row)
+    order = np.argsort(t, axis=1, kind="stable")
+    ts, ws = np.take_along_axis(t, order, 1), np.take_along_axis(w, order, 1)
+    new = np.ones_like(ts, bool)
+    new[:, 1:] = ts[:, 1:] != ts[:, :-1]
+    grp = np.cumsum(new, axis=1) - 1
+    sums = np.zeros((nq, k))
+    np.add.at(sums, (np.repeat(np.arange(nq), k), grp.ravel()), ws.ravel())
+    first_t = np.full((nq, k), -1, np.int64)
+    rows, cols = np.nonzero(new)
+    first_t[rows, grp[rows, cols]] = ts[rows, cols]
+    sums[first_t < 0] = -1.0
+    best = np.argmax(sums, axis=1)           # first maximum = smallest topic number among ties
+    topic = first_t[np.arange(nq), best]
+    voters = (t >= 0).sum(axis=1)
+    count = ((t == topic[:, None]) & (topic[:, None] >= 0)).sum(axis=1)
+    share = np.where(voters > 0, count / np.maximum(voters, 1), 0.0)
+    return np.where(voters > 0, topic, -1), share
+
+
+def majority_topic(I: np.ndarray, topic_of_row: np.ndarray) -> np.ndarray:
+    """Per query the topic most of its neighbours are in (ties: the smaller topic), -1 if none."""
+    return vote_topics(np.ones(I.shape), I, topic_of_row)[0]
+
+
+@dataclass
+class MapState:
+    """What placement reads from a finished map run."""
+    layout: LocalLayout
+    extra: dict                   # what the render stage saved beside the layout
+    clusters: np.ndarray          # map topic d -> cluster id at the map resolution
+    resolution: float
+    topic_of_row: np.ndarray      # map vector row -> map topic d (-1: in no topic on the map)
+
+
+def load_map(layout: RunLayout, n: int) -> MapState:
+    if not layout.map_layout.is_file():
+        raise UserError(f"{layout.map_layout} is missing; run the render stage on {layout.root} first")
+    lay, extra = LocalLayout.load(layout.map_layout)
+    clusters = extra["cluster"].astype(np.int64)
+    res = float(extra["resolution"])
+    labels = cluster_labels(layout, res, n)
+    dense = np.full(max(int(labels.max()), int(clusters.max())) + 1, -1, np.int64)
+    dense[clusters] = np.arange(len(clusters))
+    topic_of_row = np.where(labels >= 0, dense[np.maximum(labels, 0)], -1)
+    return MapState(lay, extra, clusters, res, topic_of_row)
+
+
+def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceConfig, exclude: np.ndarray):
+    """Topic, position, vote share and nearest similarity of each row of the new store."""
+    n_new, dim = Q_store.shape
+    kcfg = KnnConfig(k=cfg.k, index=cfg.index, exact_below=cfg.exact_below, block_size=cfg.block_size, gpu=cfg.gpu)
+    plan = make_plan(kcfg, X_map.shape[0], dim)
+    searcher, build_s = make_searcher(X_map, plan, kcfg)
+    k = min(cfg.k, plan.n)
+    topic = np.full(n_new, -1, np.int64)
+    share = np.zeros(n_new, np.float32)
+    nearest = np.full(n_new, np.nan, np.float32)
+    xy = np.full((n_new, 2), np.nan, np.float32)
+    with Progress("place: search, vote, position", n_new, "papers", logger=log) as prog:
+        for lo in range(0, n_new, cfg.block_size):
+            hi = min(n_new, lo + cfg.block_size)
+            Q = read_rows(Q_store, lo, hi)
+            D, I = searcher.search(Q, k)
+            D, I = np.asarray(D, np.float32), np.asarray(I, np.int64)
+            t, s = vote_topics(D, I, state.topic_of_row)
+            t[exclude[lo:hi]] = -1
+            topic[lo:hi], share[lo:hi] = t, s
+            nearest[lo:hi] = D[:, 0]
+            ok = np.flatnonzero(t >= 0)
+            if len(ok):
+                xy[lo + ok] = state.layout.place(Q[ok], t[ok], ids[lo:hi][ok])
+            prog.advance(hi - lo)
+    return topic, share, nearest, xy, {"index": plan.kind, "index_build_s": round(build_s, 3)}
+
+
+def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
+    if not cfg.new:
+        raise UserError("say which papers to place: --new <run directory with their embeddings>")
+    new_layout = RunLayout(require_dir(cfg.new, "run directory of the new papers"))
+    vec = open_vectors(layout)
+    state = load_map(layout, vec.n)
+    new_vec = ensure_vectors(new_layout, "float32", log.info)
+    if new_vec.dim != vec.dim:
+        raise UserError(f"the new papers' vectors have {new_vec.dim} dimensions, the map's {vec.dim}: embed them "
+                        f"with the map run's model ({layout.model_dir})")
+    ids = new_vec.ids()
+    on_map = np.isin(ids, vec.ids())
+    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, on_map)
+    reason = np.full(len(ids), None, dtype=object)
+    reason[on_map] = "already on the map"
+    reason[(topic < 0) & ~on_map] = "no neighbour in a map topic"
+    placed = topic >= 0
+    table = pa.table({"paper_id": pa.array(ids, pa.string()),
+                      "cluster": pa.array(np.where(placed, state.clusters[np.maximum(topic, 0)], -1), pa.int32()),
+                      "x": pa.array(xy[:, 0]), "y": pa.array(xy[:, 1]),
+                      "vote_share": pa.array(share), "nearest_similarity": pa.array(nearest),
+                      "reason": pa.array(reason, pa.string())}, schema=PLACED_SCHEMA)
+    write_table_atomic(table, layout.table("placed"))
+    summary = {"new_papers": int(len(ids)), "placed": int(placed.sum()), "already_on_map": int(on_map.sum()),
+               "unplaced": int(((topic < 0) & ~on_map).sum()), "map_resolution": state.resolution,
+               "median_vote_share": float(np.median(share[placed])) if placed.any() else None,
+               "topics_receiving": int(len(np.unique(topic[placed]))), **search}
+    if cfg.redraw and placed.any():
+        summary["pngs"] = redraw(layout, vec, state, xy[placed], topic[placed])
+    summary["peak_rss_mb"] = round(rss_mb())
+    log.info("place: %s", summary)
+    return summary
+
+
+def _render_config(extra: dict) -> RenderConfig:
+    """The render stage's settings of this map (saved with its layout), for PNGs like its own."""
+    import json
+
+    saved = json.loads(str(extra["render_config"])) if "render_config" in extra else {}
+    known = {f.name for f in dc_fields(RenderConfig)}
+    return RenderConfig(**{k: v for k, v in saved.items() if k in known})
+
+
+def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_topic: np.ndarray) -> dict:
+    """The map PNGs again, old papers at their saved positions plus the placed ones on top."""
+    if not layout.map_positions.is_file():
+        raise UserError(f"{layout.map_positions} is missing; re-run the render stage on {layout.root}")
+    pxy = np.load(layout.map_positions, mmap_mode="r")
+    if len(pxy) != vec.n:
+        raise UserError(f"{layout.map_positions} has {len(pxy)} rows for {vec.n} vectors; re-run the render stage")
+    shown = np.flatnonzero(np.isfinite(pxy[:, 0]) & (state.topic_of_row >= 0))
+    meta = load_row_meta(layout, vec.ids_arrow())
+    codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
+    names = names + [PLACED]
+    t = read_table(layout.table("topics")).to_pandas()
+    t = t[t["resolution"] == state.resolution].set_index("cluster").loc[state.clusters].reset_index()
+    cfg = _render_config(state.extra)
+    all_xy = np.vstack([np.asarray(pxy[shown]), new_xy]).astype(np.float32)
+    all_codes = np.concatenate([codes[shown], np.full(len(new_xy), len(names) - 1, np.int32)])
+    all_topic = np.concatenate([state.topic_of_row[shown], new_topic])
+    _, files, _, _ = draw_pngs(layout, all_xy, all_codes, names, all_topic, t, cfg, state.resolution,
+                               colors={PLACED: PLACED_COLOR}, under=CITED_ONLY)
+    return files
+
+
+def placed_frame(layout: RunLayout) -> pd.DataFrame:
+    return read_table(layout.table("placed")).to_pandas()
