@@ -104,19 +104,22 @@ def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Genera
 
 
 def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: int = 100_000, seed: int = 0,
-                 noise: float = 0.9, mesh_share: float = 0.3, with_papers: bool = True) -> dict:
+                 noise: float = 0.9, mesh_share: float = 0.3, with_papers: bool = True, draw_seed: int | None = None,
+                 id_prefix: str = "gen") -> dict:
     """Write embeddings shards (+ the papers table) for n generated papers into run/. Returns the
-    mixture's sizes. Paper ids are `gen:<row>`; rows are written in a seeded shuffled topic order."""
+    mixture's sizes. Paper ids are `<id_prefix>:<row>`; rows are written in a seeded shuffled topic
+    order. `draw_seed` draws other papers from the same mixture (default seed + 1: the corpus
+    itself); row i's topic is default_rng(draw_seed).integers(0, n_topics, n)[i]."""
     run = Path(run)
     n_topics = n_topics or max(20, n // 400)
     c = Corpus(dim, n_topics, max(4, n_topics // 20), 40, seed)
-    rng = np.random.default_rng(seed + 1)
+    rng = np.random.default_rng(seed + 1 if draw_seed is None else draw_seed)
     topic_of = rng.integers(0, n_topics, n)
     (run / "embeddings").mkdir(parents=True, exist_ok=True)
     (run / "papers").mkdir(parents=True, exist_ok=True)
     for k, lo in enumerate(range(0, n, shard)):
         hi = min(n, lo + shard)
-        ids = np.array([f"gen:{i}" for i in range(lo, hi)], dtype=object)
+        ids = np.array([f"{id_prefix}:{i}" for i in range(lo, hi)], dtype=object)
         X = _vectors(c, topic_of[lo:hi], rng, noise)
         t = pa.table({"paper_id": pa.array(ids, pa.string()),
                       "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), dim)},
