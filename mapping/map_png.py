@@ -255,13 +255,13 @@ def colour_bar(draw, frame: Frame, heading: str, cmap: list[str], span: tuple[fl
 
 
 def place_labels(draw, frame: Frame, texts: list[str], x: np.ndarray, y: np.ndarray, size: int = 11,
-                 bold: bool = False) -> int:
+                 bold: bool = False, boxes: list | None = None) -> int:
     """Draw labels at data points (in the given order = priority) where their box overlaps no box
-    drawn before: centred on the point, else just above, below, right or left of it. Returns how
-    many were drawn."""
+    drawn before (`boxes`, shared between calls, is extended): centred on the point, else just
+    above, below, right or left of it. Returns how many were drawn."""
     f = font(size + 2 if bold else size)
     px, py = frame.to_px(x, y)
-    boxes: list[tuple[float, float, float, float]] = []
+    boxes = [] if boxes is None else boxes
     drawn = 0
     for t, cx, cy in zip(texts, px.tolist(), py.tolist()):
         if not t or not np.isfinite(cx) or not np.isfinite(cy):
@@ -276,7 +276,7 @@ def place_labels(draw, frame: Frame, texts: list[str], x: np.ndarray, y: np.ndar
             if any(box[0] < o[2] and o[0] < box[2] and box[1] < o[3] and o[1] < box[3] for o in boxes):
                 continue
             boxes.append(box)
-            draw.rectangle(box, fill=(255, 255, 255))
+            draw.rectangle(box, fill=(255, 255, 255) if not bold else (245, 245, 245))
             draw.text((x0 + 3 - l, y0 + 2 - tp), t, fill="#111111" if not bold else "#000000", font=f)
             drawn += 1
             break

@@ -49,9 +49,10 @@ from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import atomic_file, write_bytes_atomic, write_table_atomic, write_text_atomic
 from sciencemap.vectors import open_vectors, read_rows
 
+from mapping.areas import area_membership, area_regions, region_borders, topic_graph
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
-from mapping.map_png import (PALETTE, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
+from mapping.map_png import (PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
                              place_labels, shade_categories, shade_values)
 from mapping.topics import PaperData, central_rows, overlays, topic_vectors
 
@@ -74,6 +75,9 @@ class RenderConfig:
     frame_neighbours: int = setting(6, "map neighbours that orient a topic's local layout of its papers")
     legend_fields: int = setting(12, "main fields named in map_field.png's legend (the rest: 'other fields')")
     labels_on_png: int = setting(25, "largest topics labelled on the map PNGs (labels never overlap)")
+    area_resolution: float = setting(1.0, "second level: modularity resolution of Leiden on the topic graph "
+                                          "(research areas = clusters of topics); 0 = no areas")
+    area_labels: int = setting(12, "largest areas labelled (bold) on the map PNGs")
     label_words: int = setting(3, "distinctive title words in a topic's label (class-based TF-IDF)")
     examples: int = setting(3, "titles closest to each topic's mean vector, in the HTML map's hover")
     labels_on_map: int = setting(40, "largest topics get a text label on the HTML map")
@@ -305,8 +309,6 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         del off
         with atomic_file(layout.map_positions) as tmp, open(tmp, "wb") as f:
             np.save(f, pxy)             # a file object: np.save would add ".npy" to the temporary's name
-        lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
-                 topic_vecs=tv.astype(np.float32), render_config=np.str_(json.dumps(asdict(cfg))))
 
     with steps("topics"):
         data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
@@ -336,6 +338,15 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"),
                            SCHEMAS["topics"])
 
+    with steps("areas"):
+        areas, topic_area = research_areas(layout, data, lab_d, map_topics, cfg)
+        if areas is not None:
+            write_table_atomic(pa.Table.from_pandas(areas, preserve_index=False), layout.table("areas"),
+                               SCHEMAS["areas"])
+        lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
+                 topic_vecs=tv.astype(np.float32), render_config=np.str_(json.dumps(asdict(cfg))),
+                 topic_area=topic_area)
+
     with steps("examples"):
         with Progress("render: example titles", n, "rows") as prog:
             central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog)
@@ -347,7 +358,7 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
         keep = np.flatnonzero(on_map)
         summary = render_files(layout, pxy[keep], codes[keep], names, lab_d[keep], map_topics, examples, cfg,
-                               map_res)
+                               map_res, areas, topic_area)
     summary.update({"map_resolution": map_res, "papers_shown": cfg.papers_shown,
                     "papers_clustered": int(clustered.sum()), "papers_on_map": int(on_map.sum()),
                     "cited_only_clustered": int((clustered & meta.cited_only).sum()),
@@ -355,12 +366,35 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                     "papers_without_metadata": int((meta.source[on_map] < 0).sum()),
                     "topics_clustered": int(len(np.unique(labels_all[clustered]))),
                     "topics_on_map": int(len(map_topics)), "topics_rows": int(len(topics)),
+                    "areas": int(len(areas)) if areas is not None else 0,
                     "vectors": {"rows": n, "dim": vec.dim, "dtype": vec.meta.get("dtype")},
                     "title_words": int(len(meta.vocab)), "field_categories": int(len(meta.categories)),
                     **{f"{k}_s": v["s"] for k, v in steps.record.items()},
                     "steps": steps.record, "peak_rss_mb": round(rss_mb())})
     log.info("render: %s", summary)
     return summary
+
+
+def research_areas(layout: RunLayout, data: PaperData, lab_d: np.ndarray, map_topics: pd.DataFrame,
+                   cfg: RenderConfig) -> tuple[pd.DataFrame | None, np.ndarray]:
+    """The second level (mapping.areas): (areas table or None, area of each map topic, -1 = none)."""
+    T = len(map_topics)
+    edges = layout.table("edges")
+    if cfg.area_resolution <= 0 or not edges.exists() or T < 2:
+        return None, np.full(T, -1, np.int64)
+    W = topic_graph(edges, lab_d, T)
+    topic_area = area_membership(W, cfg.area_resolution, cfg.seed)
+    row_area = np.where(lab_d >= 0, topic_area[np.maximum(lab_d, 0)], -1)
+    ov = overlays(data, row_area, 2, n_topics=int(topic_area.max()) + 1)
+    size = map_topics["size"].to_numpy(np.float64)
+    n_area = len(ov)
+    wsum = np.bincount(topic_area, weights=size, minlength=n_area)
+    for c in ("x", "y"):
+        ov[c] = (np.bincount(topic_area, weights=size * map_topics[c].to_numpy(np.float64), minlength=n_area)
+                 / np.maximum(wsum, 1)).astype(np.float32)
+    ov["topics"] = np.bincount(topic_area, minlength=n_area).astype(np.int32)
+    ov = ov.rename(columns={"cluster": "area"})
+    return ov[["area", "size", "topics", "label", "x", "y", "main_field", "mean_year", "interdisciplinarity"]], topic_area
 
 
 def field_codes(main_field: pd.Series, sizes: np.ndarray, n_named: int) -> tuple[np.ndarray, list[str], dict]:
@@ -386,7 +420,8 @@ def _png_bytes(img) -> bytes:
 
 def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
               map_topics: pd.DataFrame, cfg: RenderConfig, map_res: float, colors: dict[str, str] | None = None,
-              under: str | None = CITED_ONLY):
+              under: str | None = CITED_ONLY, areas: pd.DataFrame | None = None,
+              topic_area: np.ndarray | None = None):
     """map.png (papers by category: `codes` into `names`) and the overlay PNGs (papers by their
     topic's row in `map_topics`: `topic`), from float32 positions. Returns (the base map's
     datashader image, {name: path}, papers per category, papers and topics per main field)."""
@@ -406,10 +441,25 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
     lab_x, lab_y = map_topics["x"].to_numpy()[big], map_topics["y"].to_numpy()[big]
 
+    border_xy = area_text = None
+    if areas is not None and topic_area is not None and len(areas) > 1:
+        tx, ty = frame.to_px(map_topics["x"].to_numpy(), map_topics["y"].to_numpy())
+        cell = 4
+        grid = area_regions(np.column_stack([tx, ty - TITLE_H]), np.asarray(topic_area), frame.map_w, frame.map_h, cell)
+        by, bx = np.nonzero(region_borders(grid))
+        border_xy = [((x_ + 0.5) * cell, TITLE_H + (y_ + 0.5) * cell) for x_, y_ in zip(bx.tolist(), by.tolist())]
+        top = areas.sort_values("size", ascending=False, kind="stable").head(cfg.area_labels)
+        area_text = (top["label"].fillna("").str.upper().tolist(), top["x"].to_numpy(), top["y"].to_numpy())
+
     def finish(img, path, draw_legend):
         out, draw = compose(img, frame, title)
         draw_legend(draw)
-        place_labels(draw, frame, lab_text, lab_x, lab_y)
+        if border_xy:
+            draw.point(border_xy, fill="#9a9a9a")
+        boxes: list = []                    # areas first: topic labels never cover them
+        if area_text:
+            place_labels(draw, frame, *area_text, bold=True, boxes=boxes)
+        place_labels(draw, frame, lab_text, lab_x, lab_y, boxes=boxes)
         write_bytes_atomic(path, _png_bytes(out))
 
     files = {}
@@ -445,10 +495,12 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
 
 
 def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
-                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float) -> dict:
+                 map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float,
+                 areas: pd.DataFrame | None = None, topic_area: np.ndarray | None = None) -> dict:
     """Write the map PNGs (draw_pngs) and map.html from the shown papers' positions (float32),
     their source categories (codes into `names`) and topics (rows of `map_topics`)."""
-    base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res)
+    base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res,
+                                                   areas=areas, topic_area=topic_area)
     # The HTML background is the bare datashader image of the base map on white (extent = the plot ranges).
     from PIL import Image
 
