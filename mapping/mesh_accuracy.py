@@ -34,16 +34,7 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from sciencemap.contracts import MESH
-
-CHECK_TAGS = frozenset({
-    "Humans", "Animals", "Male", "Female", "Pregnancy",
-    "Infant, Newborn", "Infant", "Child, Preschool", "Child", "Adolescent", "Young Adult",
-    "Adult", "Middle Aged", "Aged", "Aged, 80 and over",
-})
-CHECK_TAG_UIS = frozenset({
-    "D006801", "D000818", "D008297", "D005260", "D011247", "D007231", "D007223", "D002675",
-    "D002648", "D000293", "D055815", "D000328", "D008875", "D000368", "D000369",
-})
+from sciencemap.mesh import CHECK_TAG_UIS, CHECK_TAGS
 
 
 # Joins a descriptor key and its tree numbers into one string per (key, tree numbers) combination,
