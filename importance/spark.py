@@ -72,15 +72,18 @@ def check_java() -> str:
 
 
 def package_zip(dest_dir: Path, packages=SHIPPED_PACKAGES) -> Path:
-    """One zip of the named packages' .py files, taken from where this interpreter imports them."""
+    """One zip of the named packages' .py files and data/ folders (importance/data: the fields
+    lookups), taken from where this interpreter imports them."""
     import importlib
 
     zpath = Path(dest_dir) / "sciencemap-packages.zip"
     with zipfile.ZipFile(zpath, "w") as z:
         for name in packages:
             pkg_dir = Path(importlib.import_module(name).__file__).resolve().parent
-            for f in sorted(pkg_dir.rglob("*.py")):
-                z.write(f, (Path(name) / f.relative_to(pkg_dir)).as_posix())
+            for f in sorted(pkg_dir.rglob("*")):
+                rel = f.relative_to(pkg_dir)
+                if f.is_file() and (f.suffix == ".py" or rel.parts[0] == "data"):
+                    z.write(f, (Path(name) / rel).as_posix())
     return zpath
 
 
