@@ -5,8 +5,16 @@ xref[@ref-type="bibr"] inside <body>; a space-separated rid gives one mention pe
 carries its top-level section (nested sections inherit it): title, sec-type, class and the index of
 that section among the body's top-level blocks. Content placed directly under <body> (PMC articles
 with an untitled introduction) forms an untitled pseudo-section.
+
+fields = subject groups of article-meta/article-categories, never article types (subject_fields):
+groups typed as subjects or disciplines (PLOS "Discipline-v2": their own top-level subjects, an
+"A/B" path cut to "A"), and "heading" groups, which eLife uses for its subject areas (its article
+type is in "display-channel") but PMC journals mostly for the type ("Research Article"): without a
+display-channel group, a heading made only of article-type words is left out.
 """
 from __future__ import annotations
+
+import re
 
 from lxml import etree
 
@@ -15,6 +23,19 @@ from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, c
 from importance.sections import classify_section
 
 _STRICT = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
+SUBJECT_GROUP_TYPES = re.compile(r"^(subject|subjects|subject-area|discipline(-v\d+)?)$", re.I)
+# Words of article-type headings ("Research Article", "Original Articles", "Letter to the Editor",
+# "Case Report", "Mini-Review"); a heading with any other word ("Epidemiology") is a subject.
+ARTICLE_TYPE_WORDS = frozenset('''
+    a abstract abstracts addendum analysis and announcement article articles book brief case cases
+    comment commentaries commentary communication communications concern correction corrections
+    correspondence corrigendum database debate discussion editor editorial editorials editors erratum
+    errata essay essays expression feature features for from full highlights hypothesis in insight
+    insights invited issue length letter letters memoriam meta method methodology methods mini
+    minireview news note notes obituary of on opinion original paper papers perspective perspectives
+    primary proceedings protocol protocols rapid regular reply report reports research resource
+    resources response retraction review reviews short software special studies study systematic
+    technical the to tool tools'''.split())
 
 
 def parse_xml(data: bytes, root_tag: str):
@@ -46,6 +67,30 @@ def _abstract_text(el) -> str | None:
         if t and not t.startswith("DOI:"):
             parts.append(t)
     return clean_ws(" ".join(parts))
+
+
+def is_article_type(heading: str) -> bool:
+    words = re.findall(r"[a-z]+", heading.lower())
+    return bool(words) and all(w in ARTICLE_TYPE_WORDS for w in words)
+
+
+def subject_fields(meta) -> list[str]:
+    """The article's subjects, each once, in document order (module docstring)."""
+    groups = [(g, (g.get("subj-group-type") or "").strip().lower()) for g in meta.iter("subj-group")]
+    headings_are_subjects = any(t == "display-channel" for _, t in groups)  # eLife
+    out: list[str] = []
+    for g, t in groups:
+        names = [s for s in (_text(x) for x in g.findall("subject")) if s]
+        if SUBJECT_GROUP_TYPES.match(t):
+            names = [clean_ws(s.split("/")[0]) for s in names]
+        elif t == "heading":
+            names = [s for s in names if headings_are_subjects or not is_article_type(s)]
+        else:
+            continue
+        for s in names:
+            if s and s not in out:
+                out.append(s)
+    return out
 
 
 def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
@@ -102,10 +147,7 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
             break
     venue = _text(root.find("front/journal-meta/journal-title-group/journal-title")) or \
         _text(root.find("front/journal-meta/journal-title"))
-    fields = []
-    for sg in meta.iter("subj-group"):
-        if sg.get("subj-group-type") == "heading":
-            fields.extend(s for s in (_text(x) for x in sg.findall("subject")) if s)
+    fields = subject_fields(meta)
 
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": authors, "year": year,

@@ -5,13 +5,15 @@ continues on following lines indented by 6 spaces. Each block -> one paper (pape
 has_fulltext false): TI title, AB abstract, FAU "Family, Given" (else AU "Family Initials"; CN as a
 collective family name; AUID "ORCID: ..." attaches to the author before it), DP year, JT venue
 (else TA), MH MeSH "Descriptor/qualifier/*qualifier" with "*" marking a major topic on the
-descriptor or a qualifier (ui null, tree_numbers empty), AID/LID "... [doi]" as an alternative id.
+descriptor or a qualifier (ui null, tree_numbers empty), fields = the MeSH categories of the major
+descriptors (importance.fields.mesh_fields, by name), AID/LID "... [doi]" as an alternative id.
 A block without PMID is rejected.
 """
 from __future__ import annotations
 
 import re
 
+from importance.fields import mesh_fields
 from importance.readers.common import PAPER, BadRecord, author, clean_ws, decompress, norm_doi, norm_title, parse_year, reject
 
 _FIELD = re.compile(r"^([A-Z][A-Z0-9 ]{1,3})\s*- ?(.*)$")
@@ -89,9 +91,10 @@ def _record(fields, path, source, n, lineno):
                 break
     title = clean_ws(first.get("TI"))
     paper_id = f"pmid:{pmid}"
+    mesh = [parse_mesh(v) for t, v in fields if t == "MH"]
     return PAPER, {
         "paper_id": paper_id, "title": title, "abstract": clean_ws(first.get("AB")), "authors": authors,
         "year": parse_year(first.get("DP")), "venue": clean_ws(first.get("JT") or first.get("TA")),
-        "fields": [], "mesh": [parse_mesh(v) for t, v in fields if t == "MH"], "source": source,
+        "fields": mesh_fields(mesh), "mesh": mesh, "source": source,
         "has_fulltext": False, "source_file": path, "ord": n, "title_norm": norm_title(title),
         "alt_ids": sorted({paper_id} | ({f"doi:{doi}"} if doi else set()))}

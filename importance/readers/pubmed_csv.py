@@ -1,9 +1,11 @@
 """PubMed CSV with MeSH names and tree numbers (pubmed-multilabel-mesh-sample format).
 
 Columns used: Title, abstractText, meshMajor (Python-literal list of descriptor names), pmid,
-meshid (list of lists of tree numbers, aligned with meshMajor), meshroot (list of category names).
-One row -> one paper (paper_id pmid:<pmid>); a bad row -> one reject. The `major` flag is false:
-the file lists all descriptors without marking major topics.
+meshid (list of lists of tree numbers, aligned with meshMajor). One row -> one paper (paper_id
+pmid:<pmid>); a bad row -> one reject. The `major` flag is false: the file lists all descriptors
+without marking major topics, so fields = the MeSH categories of all of them (importance.fields.
+mesh_fields, from the tree numbers), as for the other MEDLINE readers. The file's `meshroot` column
+is not read: it names tree letters (Organisms [B], Geographicals [Z]), facets rather than subjects.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import ast
 import csv
 import io
 
+from importance.fields import mesh_fields
 from importance.readers.common import PAPER, BadRecord, clean_ws, decompress, norm_title, reject
 
 REQUIRED = ("Title", "abstractText", "meshMajor", "pmid")
@@ -57,7 +60,6 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
         try:
             names = [str(x) for x in _literal_list(row.get("meshMajor"))]
             trees = _literal_list(row.get("meshid"))
-            roots = [str(x) for x in _literal_list(row.get("meshroot"))]
         except (ValueError, SyntaxError) as e:
             out.append(reject(path, rid, f"malformed list column: {e}", source))
             continue
@@ -65,7 +67,7 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
         title = clean_ws(row.get("Title"))
         out.append((PAPER, {
             "paper_id": f"pmid:{pmid}", "title": title, "abstract": clean_ws(row.get("abstractText")),
-            "authors": [], "year": None, "venue": None, "fields": roots, "mesh": mesh, "source": source,
+            "authors": [], "year": None, "venue": None, "fields": mesh_fields(mesh), "mesh": mesh, "source": source,
             "has_fulltext": False, "source_file": path, "ord": i, "title_norm": norm_title(title),
             "alt_ids": [f"pmid:{pmid}"]}))
     if not out:

@@ -11,6 +11,10 @@ the same body_text/cite_spans shape with structured bib entries (title, authors,
 both are read here.
 
 paper_id = doi:<DOI> when the paper has one, else arxiv:<id> (S2ORC without either: s2orc:<id>).
+fields = the arXiv archives of metadata.categories, primary first ("astro-ph.SR cs.LG" ->
+Astrophysics, Computer Science; importance.fields); a category missing from the archive table gives
+an item reject. Without arXiv categories: S2ORC's fields of study (mag_field_of_study,
+s2fieldsofstudy), else unarXive's `discipline`.
 Mentions: one per cite_span, in the paragraph's top-level section (the first component of
 sec_number; unnumbered sections stand alone), classified by importance.sections heading rules with
 the position fallback; when the top-level heading matches no rule, the paragraph's own heading is
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from importance.fields import arxiv_fields
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
                                        norm_title, open_stream, parse_year, reject)
 from importance.sections import class_from_heading, classify_section
@@ -105,6 +110,20 @@ def _authors(meta: dict) -> list[dict]:
     return out
 
 
+def _fields_of_study(doc: dict, meta: dict) -> list[str]:
+    """S2ORC's subject labels (MAG's top-level fields): mag_field_of_study / fieldsOfStudy as a list
+    of names, or s2fieldsofstudy as [{category, source}]; each name once, in order."""
+    names = []
+    for src in (meta, doc):
+        for key in ("mag_field_of_study", "fieldsOfStudy", "s2fieldsofstudy"):
+            vals = src.get(key) or []
+            for x in [vals] if isinstance(vals, str) else vals:
+                name = clean_ws(x.get("category") if isinstance(x, dict) else str(x))
+                if name and name not in names:
+                    names.append(name)
+    return names
+
+
 def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str, dict]]:
     if not isinstance(doc, dict):
         raise BadRecord(f"line {lineno} is not a JSON object")
@@ -132,14 +151,17 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
     elif isinstance(abstract, list):  # S2ORC: list of paragraphs
         abstract = " ".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in abstract)
     abstract = clean_ws(abstract or meta.get("abstract"))
-    fields = [doc["discipline"]] if doc.get("discipline") else []
-    fields += [c for c in (meta.get("categories") or "").split() if c not in fields]
+    fields, unknown = arxiv_fields(meta.get("categories"))
+    if not fields:  # not an arXiv paper, or one without categories
+        fields = _fields_of_study(doc, meta) or ([clean_ws(doc["discipline"])] if doc.get("discipline") else [])
     venue = clean_ws(meta.get("journal-ref") or meta.get("venue") or meta.get("journal")) or ("arXiv" if arxiv else None)
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": _authors(meta),
         "year": _paper_year(meta, arxiv), "venue": venue, "fields": fields, "mesh": [], "source": source,
         "has_fulltext": True, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
         "alt_ids": alt_ids})]
+    out += [reject(path, paper_id, f"unknown arXiv category {c!r} (not in importance/data/arxiv_archives.tsv): "
+                   "no field from it", source, level="item") for c in unknown]
 
     for key, bib in (doc.get("bib_entries") or {}).items():
         out.append((REF, _reference(paper_id, key, bib or {}, path)))

@@ -26,7 +26,7 @@ VENUES = {"A": "ANLP", "C": "COLING", "D": "EMNLP", "E": "EACL", "H": "HLT", "I"
           "J": "Computational Linguistics", "K": "CoNLL", "L": "LREC", "N": "NAACL", "P": "ACL",
           "Q": "TACL", "S": "SemEval/*SEM", "T": "TINLAP", "W": "ACL workshops", "X": "TIPSTER",
           "M": "MUC", "O": "ROCLING", "Y": "PACLIC", "U": "ALTA", "R": "RANLP", "F": "Findings"}
-FIELD = "Computational linguistics"
+FIELD = "Computational Linguistics"  # the subject of every ACL Anthology paper (clscisumm too)
 KEY_LEN = 40  # letters compared at each end of a citance (see citance_keys)
 
 

@@ -43,7 +43,8 @@ def _build(tree_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
 def test_builder_on_real_tree_lines_and_the_shipped_table_agrees(tmp_path):
     r = _build(TREE_LINES, tmp_path)
     assert r.returncode == 0, r.stderr
-    rows = [line.split("\t") for line in gzip.decompress((tmp_path / "out.tsv.gz").read_bytes()).decode().splitlines()]
+    text = gzip.decompress((tmp_path / "out.tsv.gz").read_bytes()).decode()
+    rows = [line.split("\t") for line in text.splitlines()]
     assert rows[0][0].startswith("# MeSH") and "National Library of Medicine" in rows[0][0]
     body = [r for r in rows if not r[0].startswith("#")]
     assert [r for r in body if r[0] == "category"] == [

@@ -16,6 +16,7 @@ def test_reader_papers_citances_and_sections(clscisumm):
     (p,) = [d for k, d in ref if k == "paper"]
     root = etree.fromstring((folder / "Reference_XML" / f"{RP}.xml").read_bytes())
     assert p["paper_id"] == "acl:c98-1097" and p["title"] == clean_ws(root.find("S").text) and p["year"] == 1998
+    assert p["fields"] == ["Computational Linguistics"]
     assert not [d for k, d in ref if k == "citance"]  # the RP itself cites nothing here
     n_ment = 0
     for cid in CITING:

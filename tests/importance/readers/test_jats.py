@@ -71,3 +71,37 @@ def test_pmc_nxml_untitled_intro_and_nested_sections(parse_data, of_kind, test_d
     assert of_kind(recs, "paper")[0]["paper_id"] == "pmc:99"
     assert [(m["ref_key"], m["section_class"], m["position"]) for m in of_kind(recs, "mention")] == [
         ("a", "I", 0), ("b", "M", 1), ("a", "O", 2)]
+
+
+def test_jats_fields_are_subjects_never_article_types(repo_root, parse_data, of_kind):
+    """PMC puts the article type in subj-group-type="heading" ("Research Article", "Original
+    Articles"); eLife puts its subject areas there and the type in "display-channel"."""
+    fields = {name: of_kind(parse_data("jats", name, "pmc"), "paper")[0]["fields"] for name in
+              ("1471-2180-11-174.nxml.gz", "mds526.nxml.gz", "pntd.0002065.nxml.gz", "ehp-116-1694.nxml")}
+    assert fields == {"1471-2180-11-174.nxml.gz": [],                       # heading "Research Article" only
+                      "mds526.nxml.gz": ["Cancer Prevention"],             # under heading "Original Articles"
+                      "pntd.0002065.nxml.gz": ["Veterinary Science"],      # Discipline-v2 top level
+                      "ehp-116-1694.nxml": []}                              # heading "Research"
+    # Every eLife sample article: its heading subjects, read here with lxml; never a display channel.
+    channels = set()
+    for path in sorted((repo_root / "sample/elife").glob("*.xml.gz")):
+        root = etree.fromstring(gzip.decompress(path.read_bytes()))
+        cats = root.find("front/article-meta/article-categories")
+        typed = [((g.get("subj-group-type") or ""), s.text.strip()) for g in cats.iter("subj-group")
+                 for s in g.findall("subject")]
+        heading = [s for t, s in typed if t == "heading"]
+        channels |= {s for t, s in typed if "display-channel" in t}
+        (p,) = of_kind(list(parse_file("jats", "elife", str(path), path.read_bytes())), "paper")
+        assert p["fields"] == list(dict.fromkeys(heading)), path.name
+    assert "Research article" in channels and not channels & {f for fs in fields.values() for f in fs}
+    # Hand-made: PLOS's flat Discipline list with "A/B" paths; a "subject" group; a type heading.
+    xml = b"""<article><front><article-meta><article-id pub-id-type="pmid">9</article-id><article-categories>
+    <subj-group subj-group-type="heading"><subject>Letter to the Editor</subject></subj-group>
+    <subj-group subj-group-type="Discipline"><subject>Evolutionary Biology</subject>
+    <subject>Computational Biology/Systems Biology</subject>
+    <subject>Evolutionary Biology/Genomics</subject></subj-group>
+    <subj-group subj-group-type="subject"><subject>Ecology</subject></subj-group>
+    <subj-group subj-group-type="heading"><subject>Clinical Oncology</subject></subj-group>
+    </article-categories></article-meta></front></article>"""
+    (p,) = of_kind(list(parse_file("jats", "pmc", "h.nxml", xml)), "paper")
+    assert p["fields"] == ["Evolutionary Biology", "Computational Biology", "Ecology", "Clinical Oncology"]

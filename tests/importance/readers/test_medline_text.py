@@ -21,6 +21,13 @@ def test_medline_text(parse_data, of_kind, test_data):
         assert [m["name"] for m in paper["mesh"]] == [x.split("/")[0].lstrip("*") for x in mh]
         assert [m["major"] for m in paper["mesh"]] == ["*" in x for x in mh]
     assert parse_mesh("Prescription Drugs/*pharmacology")["major"] is True
+    # fields: MeSH categories of the major descriptors, matched by name (Drug Interactions G07,
+    # Medical Subject Headings and PubMed L01, Prescription Drugs D26).
+    assert p["fields"] == ["Physiological Phenomena", "Information Science", "Pharmaceutical Preparations"]
+    assert all(q["fields"] for q in papers) and all("Information Science" in q["fields"] for q in papers)
+    mh = parse_file("medline_text", "medline", "m.txt", b"PMID- 7\nTI  - T\nMH  - Humans\nMH  - *United States\n"
+                    b"MH  - Neoplasms/*pathology\nMH  - Lung\n\nPMID- 8\nMH  - Lung\nMH  - Aged\n")
+    assert [d["fields"] for _, d in mh] == [["Neoplasms"], ["Respiratory System"]]
     huh = next(p for p in papers if p["paper_id"] == "pmid:28028289")
     assert huh["authors"][0] == {"family": "Huh", "given": "Sun", "orcid": "0000-0002-8559-8640"}
     group = next(p for p in papers if p["paper_id"] == "pmid:26227021")

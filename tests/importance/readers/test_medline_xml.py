@@ -24,6 +24,10 @@ def test_medline_xml_efetch_file(parse_data, of_kind, test_data):
         expected.append({"ui": d.get("UI"), "name": d.text, "major": "Y" in flags, "tree_numbers": []})
     assert p["mesh"] == expected and len(expected) == 23
     assert {m["name"] for m in p["mesh"] if m["major"]} >= {"Asthma", "Budesonide", "Terbutaline"}
+    # fields: MeSH categories of the major descriptors (Asthma C08+C20, Bronchodilator Agents D27,
+    # Budesonide D04, Formoterol Fumarate and Terbutaline D02), in order, each once.
+    assert p["fields"] == ["Respiratory Tract Diseases", "Immune System Diseases", "Chemical Actions and Uses",
+                           "Polycyclic Compounds", "Organic Chemicals"]
 
 
 def test_medline_xml_current_format_and_bad_records(parse_data, of_kind, test_data):
@@ -35,6 +39,11 @@ def test_medline_xml_current_format_and_bad_records(parse_data, of_kind, test_da
     back = next(p for p in papers if p["paper_id"] == "pmid:2930949")
     # Back Pain is major only through its qualifier "physiopathology" (MajorTopicYN="Y").
     assert [m["name"] for m in back["mesh"] if m["major"]] == ["Back Pain"]
+    assert back["fields"] == ["Nervous System Diseases", "Pathological Conditions, Signs and Symptoms"]
+    # Major "Emigrants and Immigrants" is M01 Persons (whom, not what): only Tuberculosis counts.
+    tb = next(p for p in papers if p["paper_id"] == "pmid:28786991")
+    assert {m["name"] for m in tb["mesh"] if m["major"]} == {"Emigrants and Immigrants", "Tuberculosis"}
+    assert tb["fields"] == ["Bacterial Infections and Mycoses"]
     assert back["year"] == 1985 and back["authors"] == [{"family": "Reuler", "given": "J B", "orcid": None}]
     # A record without PMID is rejected, the other kept; ORCID and MedlineDate are read.
     xml = b"""<PubmedArticleSet><PubmedArticle><MedlineCitation><Article><ArticleTitle>No id</ArticleTitle>
@@ -50,3 +59,24 @@ def test_medline_xml_current_format_and_bad_records(parse_data, of_kind, test_da
     assert recs[1][1]["authors"] == [{"family": "Doe", "given": "J", "orcid": "0000-0001-2345-6789"}]
     trunc = list(parse_file("medline_xml", "medline", "t.xml", raw[: len(raw) * 3 // 4]))
     assert [k for k, _ in trunc][-1] == "reject" and "truncated XML after" in trunc[-1][1]["reason"]
+
+
+def test_medline_xml_fields_fallback_and_non_subjects(of_kind):
+    """No major descriptor with a subject category -> the categories of all descriptors; check
+    tags (even flagged major), V (Publication Characteristics) and Z (Geographicals) never count."""
+    def rec(pmid, headings):
+        mh = "".join(f'<MeshHeading><DescriptorName UI="{ui}" MajorTopicYN="{yn}">{name}</DescriptorName>{q}'
+                     f"</MeshHeading>" for ui, name, yn, q in headings)
+        return (f"<MedlineCitation><PMID>{pmid}</PMID><Article><ArticleTitle>T</ArticleTitle></Article>"
+                f"<MeshHeadingList>{mh}</MeshHeadingList></MedlineCitation>")
+    major_q = '<QualifierName UI="Q000473" MajorTopicYN="Y">pathology</QualifierName>'
+    xml = ("<MedlineCitationSet>"
+           + rec(1, [("D006801", "Humans", "Y", ""), ("D000068397", "Clinical Study", "Y", ""),
+                     ("D014481", "United States", "Y", ""), ("D008168", "Lung", "N", ""),
+                     ("D009369", "Neoplasms", "N", "")])
+           + rec(2, [("D008168", "Lung", "N", ""), ("D009369", "Neoplasms", "N", major_q)])
+           + rec(3, [("D006801", "Humans", "N", ""), ("D005260", "Female", "N", "")])
+           + "<MedlineCitation><PMID>4</PMID><Article><ArticleTitle>No MeSH</ArticleTitle></Article></MedlineCitation>"
+           + "</MedlineCitationSet>").encode()
+    papers = of_kind(list(parse_file("medline_xml", "medline", "f.xml", xml)), "paper")
+    assert [p["fields"] for p in papers] == [["Respiratory System", "Neoplasms"], ["Neoplasms"], [], []]

@@ -10,7 +10,14 @@ def test_pubmed_csv(repo_root, of_kind):
     p = papers[0]
     assert p["paper_id"] == "pmid:31594900" and p["has_fulltext"] is False
     assert p["mesh"][0] == {"ui": None, "name": "Africa South of the Sahara", "major": False, "tree_numbers": ["Z01.058.290"]}
-    assert "Health Care [N]" in p["fields"]
+    # No major flags in the file: all descriptors, from their tree numbers; Africa South of the
+    # Sahara (Z), Female (no tree number), Humans and Pregnancy (check tags) give none.
+    assert p["fields"] == ["Health Services Administration", "Health Care Quality, Access, and Evaluation",
+                           "Health Care Economics and Organizations", "Behavior and Behavior Mechanisms",
+                           "Therapeutics", "Health Care Facilities, Manpower, and Services", "Social Sciences",
+                           "Population Characteristics"]
+    # The file's meshroot column (tree letters such as "Health Care [N]") is not a field.
+    assert all(q["fields"] for q in papers) and not any("[" in f for q in papers for f in q["fields"])
     assert [m["tree_numbers"] for m in p["mesh"][1:3]] == [[], ["N04.590.374.350", "N05.300.430"]]
     bad = b"Title,abstractText,meshMajor,pmid,meshid,meshroot\nT,A,['x'],,[],[]\nT2,A2,[oops,5,[],[]\n"
     recs = list(parse_file("pubmed_csv", "pubmed", "b.csv", bad))

@@ -32,7 +32,12 @@ def test_unarxive_against_raw_json(parse_data, of_kind, test_data):
     p0 = papers[0]
     assert p0["title"].startswith(raw[0]["metadata"]["title"].split()[0])
     assert [a["family"] for a in p0["authors"]] == [a[0] for a in raw[0]["metadata"]["authors_parsed"]]
-    assert p0["year"] == 2022 and p0["has_fulltext"] is True and p0["fields"][0] == raw[0]["discipline"]
+    assert p0["year"] == 2022 and p0["has_fulltext"] is True
+    # fields: the arXiv archives of the categories, primary first (never the source name "arxiv").
+    assert [(d["metadata"]["categories"], p["fields"]) for d, p in zip(raw, papers)] == [
+        ("cond-mat.stat-mech", ["Condensed Matter"]), ("physics.ed-ph cs.GR", ["Physics", "Computer Science"]),
+        ("hep-ph hep-lat", ["High Energy Physics - Phenomenology", "High Energy Physics - Lattice"]),
+        ("hep-ph hep-ex", ["High Energy Physics - Phenomenology", "High Energy Physics - Experiment"])]
     # Sections: a mention in a paragraph whose own heading is "Introduction" is class I.
     intro = [m for m in of_kind(recs, "mention") if (m["section_title"] or "").lower() == "introduction"]
     assert intro and {m["section_class"] for m in intro} == {"I"}
@@ -73,3 +78,19 @@ def test_s2orc_structured_bib_entries(of_kind):
     assert ref["authors"] == [{"family": "Lovelace", "given": "Ada B", "orcid": None}]
     (m,) = of_kind(recs, "mention")
     assert (m["ref_key"], m["section_class"], m["position"]) == ("BIBREF0", "M", 0)
+
+
+def test_s2orc_fields_without_arxiv_categories_and_unknown_categories(of_kind):
+    base = {"body_text": [], "bib_entries": {}}
+    docs = [{"paper_id": "1", "metadata": {"title": "A", "mag_field_of_study": ["Medicine", "Biology"]}},
+            {"paper_id": "2", "metadata": {"title": "B", "s2fieldsofstudy": [
+                {"category": "Physics", "source": "external"}, {"category": "Physics", "source": "s2-fos-model"}]}},
+            {"paper_id": "2212.00001", "discipline": "Mathematics", "metadata": {"title": "C"}},
+            {"paper_id": "2212.00002", "discipline": "Physics",
+             "metadata": {"title": "D", "categories": "astro-ph.SR nope.XX"}}]
+    data = "\n".join(json.dumps(base | d) for d in docs).encode()
+    recs = list(parse_file("s2orc", "s2orc", "f.jsonl", data))
+    assert [p["fields"] for p in of_kind(recs, "paper")] == [["Medicine", "Biology"], ["Physics"], ["Mathematics"],
+                                                             ["Astrophysics"]]
+    (rej,) = of_kind(recs, "reject")
+    assert rej["level"] == "item" and rej["record_id"] == "arxiv:2212.00002" and "'nope.XX'" in rej["reason"]

@@ -8,6 +8,7 @@ def test_scisummnet_paper_and_citances(repo_root, of_kind):
     recs = list(parse_file("scisummnet", "scisummnet", str(d / "A94-1006.xml.gz"), (d / "A94-1006.xml.gz").read_bytes()))
     p = of_kind(recs, "paper")[0]
     assert p["paper_id"] == "acl:a94-1006" and p["year"] == 1994 and p["venue"] == "ANLP"
+    assert p["fields"] == ["Computational Linguistics"]
     sents = of_kind(recs, "sentence")
     assert {s["section_title"] for s in sents} >= {"4 Conclusions", "Acknowledgements"}
     assert {s["section_class"] for s in sents if s["section_title"] == "4 Conclusions"} == {"D"}
