@@ -1,4 +1,4 @@
-"""A paper's subject fields (papers.fields, METHODS.md §5.6): MeSH categories and arXiv archives.
+"""A paper's subject fields (papers.fields, METHODS.md §5.7): MeSH categories and arXiv archives.
 
 The map's main-field and interdisciplinarity overlays count `fields` values, so a field must name a
 subject, never an article type or a source. Two lookups ship inside the package (importance/data/):
