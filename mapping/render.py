@@ -54,7 +54,7 @@ from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
 from mapping.map_png import (PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
                              place_labels, shade_categories, shade_values)
-from mapping.topics import PaperData, central_rows, overlays, topic_vectors
+from mapping.topics import PaperData, central_rows, infer_fields, overlays, topic_vectors
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class RenderConfig:
     layout_method: str = setting("umap", "2-D layout of the topics", choices=("umap", "pca"), flags=("--layout",))
     n_neighbors: int = setting(15, "UMAP neighbours (capped at topics - 1)")
     min_dist: float = setting(0.1, "UMAP minimum distance between laid-out topics")
+    infer_fields: bool = setting(True, "papers without a field take the field most similar to them among their kNN "
+                                       "neighbours' (so topics of papers without subjects still get overlays)")
     papers_shown: str = setting("corpus", "papers drawn and counted on the map: corpus = papers with a record "
                                           "of their own; all = cited-only references too", choices=("corpus", "all"))
     seed: int = setting(42, "seed of the UMAP layout (and of the hashed positions of topics without spread)")
@@ -311,6 +313,9 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
             np.save(f, pxy)             # a file object: np.save would add ".npy" to the temporary's name
 
     with steps("topics"):
+        inferred = 0
+        if cfg.infer_fields and layout.table("edges").exists():
+            meta.fields, inferred = infer_fields(layout.table("edges"), meta.fields, on_map)
         data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
                          sources=meta.sources, words=meta.words, vocab=meta.vocab, word_row=meta.word_row)
         rows = []
@@ -364,6 +369,7 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                     "cited_only_clustered": int((clustered & meta.cited_only).sum()),
                     "cited_only_not_drawn": int((clustered & ~on_map).sum()),
                     "papers_without_metadata": int((meta.source[on_map] < 0).sum()),
+                    "papers_with_inferred_field": int(inferred),
                     "topics_clustered": int(len(np.unique(labels_all[clustered]))),
                     "topics_on_map": int(len(map_topics)), "topics_rows": int(len(topics)),
                     "areas": int(len(areas)) if areas is not None else 0,

@@ -361,6 +361,44 @@ class FieldCollector:
         return F, cats
 
 
+def infer_fields(edges_path, F: sp.csr_matrix, targets: np.ndarray, rounds: int = 2,
+                 batch_size: int = 4_000_000) -> tuple[sp.csr_matrix, int]:
+    """Fields for the `targets` rows that have none, from their kNN neighbours (both directions of
+    the edges table): the field with the largest summed similarity over the neighbours that have
+    fields (ties: the first category). A second round reaches papers whose neighbours had none
+    either. Returns (F with the inferred entries, rows given a field)."""
+    import pyarrow.parquet as pq
+
+    from sciencemap.storage import table_files
+
+    F = F.tocsr().astype(np.float64)
+    n, C = F.shape
+    has = np.diff(F.indptr) > 0
+    total = 0
+    for _ in range(rounds):
+        need = np.asarray(targets, bool) & ~has
+        if not need.any() or not has.any():
+            break
+        S = sp.csr_matrix((n, C))
+        for f in table_files(edges_path):
+            for b in pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=["src", "dst", "similarity"]):
+                src, dst = b.column(0).to_numpy().astype(np.int64), b.column(1).to_numpy().astype(np.int64)
+                sim = np.maximum(b.column(2).to_numpy().astype(np.float64), 0.0) + 1e-9
+                for a, c in ((src, dst), (dst, src)):
+                    ok = need[a] & has[c]
+                    if ok.any():
+                        S = S + sp.csr_matrix((sim[ok], (a[ok], c[ok])), shape=(n, n)) @ F
+        best = _row_argmax_first(S)
+        got = np.flatnonzero(need & (best >= 0))
+        if not len(got):
+            break
+        F = (F + sp.csr_matrix((np.ones(len(got)), (got, best[got])), shape=(n, C))).tocsr()
+        has[got] = True
+        total += len(got)
+    F.data[:] = 1
+    return F.astype(np.int32), total
+
+
 def field_matrix_arrow(lists: pa.Array | pa.ChunkedArray) -> tuple[sp.csr_matrix, list[str]]:
     """Paper × category 0/1 matrix of an Arrow list<string> column (row i = list i)."""
     fc = FieldCollector()

@@ -240,3 +240,26 @@ def test_overlays_with_words_in_papers_table_order_equal_the_frame_path():
     data.words, data.vocab, data.word_row = P, vocab, np.r_[perm, -1]
     got = overlays(data, labels)
     pd.testing.assert_frame_equal(got, ref)
+
+
+def test_papers_without_fields_take_their_neighbours_most_similar_field(tmp_path):
+    import pyarrow as pa
+    import scipy.sparse as sp
+
+    from sciencemap.storage import write_table_atomic
+    from mapping.topics import infer_fields
+
+    # categories 0, 1; rows 0-2 have fields; 3 and 4 have none; 5 has none and only neighbour 4
+    F = sp.csr_matrix(np.array([[1, 0], [0, 1], [0, 1], [0, 0], [0, 0], [0, 0]]))
+    edges = pa.table({"src": pa.array([3, 3, 3, 4, 5], pa.int32()), "dst": pa.array([0, 1, 2, 0, 4], pa.int32()),
+                      "similarity": pa.array([0.9, 0.4, 0.4, 0.7, 0.8], pa.float32()),
+                      "rank": pa.array([1, 2, 3, 1, 1], pa.int16())})
+    write_table_atomic(edges, tmp_path / "edges")
+    targets = np.ones(6, bool)
+    G, n = infer_fields(tmp_path / "edges", F, targets)
+    # row 3: field 0 (0.9) beats field 1 (0.4 + 0.4); row 4: field 0; row 5 via row 4, in round 2
+    assert G.toarray().tolist() == [[1, 0], [0, 1], [0, 1], [1, 0], [1, 0], [1, 0]] and n == 3
+    G1, n1 = infer_fields(tmp_path / "edges", F, targets, rounds=1)
+    assert n1 == 2 and G1[5].nnz == 0
+    G0, n0 = infer_fields(tmp_path / "edges", F, np.array([1, 1, 1, 0, 1, 1], bool))
+    assert G0[3].nnz == 0 and n0 == 2                       # only the target rows are filled
