@@ -40,7 +40,7 @@ from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
-from mapping.netstats import Links, edge_overlap, link_keys, network_stats, random_graph
+from mapping.netstats import Links, edge_overlap, link_keys, network_stats, random_graph, sorted_unique
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def citation_links(references: ds.Dataset, vector_ids: pa.Array, n: int, chunk_r
                 flush()
                 held = 0
         flush()
-    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+    return sorted_unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
 
 
 GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (kNN density)",

@@ -45,7 +45,20 @@ class Links:
         k = np.asarray(self.lo, np.int64) * self.n
         k += self.hi
         # sorted by construction; a graph handed in unsorted is sorted here rather than miscounted
-        return k if len(k) < 2 or bool((k[1:] > k[:-1]).all()) else np.unique(k)
+        return k if len(k) < 2 or bool((k[1:] > k[:-1]).all()) else sorted_unique(k)
+
+
+def sorted_unique(k: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted, in its own memory (sorts it in place).
+
+    NumPy 2.4's np.unique took 15-40 s on 30M int64 here (hash-based), a sort and a mask 0.4-1.5 s."""
+    if len(k) < 2:
+        return k
+    k.sort()
+    keep = np.empty(len(k), bool)
+    keep[0] = True
+    np.not_equal(k[1:], k[:-1], out=keep[1:])
+    return k[keep]
 
 
 def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
@@ -53,7 +66,7 @@ def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     ok = lo != hi
-    return np.unique(lo[ok] * n + hi[ok])
+    return sorted_unique(lo[ok] * n + hi[ok])
 
 
 def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chunk: int = CHUNK) -> int:
@@ -80,10 +93,11 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
         raise ValueError(f"G(n, m) with n = {n:,} has at most {pairs:,} edges, not {m:,}")
     rng = np.random.default_rng(seed)
     have = np.zeros(0, np.int64)
-    with Progress("evaluate: random graph", m, "edges") as p:
-        while len(have) < m:
-            need = m - len(have)
-            new = []
+    rounds = 0
+    while len(have) < m:
+        need, rounds = m - len(have), rounds + 1
+        new = []
+        with Progress(f"evaluate: random graph G(n, m), round {rounds}", need, "pairs") as p:
             for s in range(0, need, chunk):
                 c = min(chunk, need - s)
                 a = rng.integers(0, n, c, dtype=np.int64)
@@ -93,15 +107,16 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
                 k = np.minimum(a, b) * n
                 k += np.maximum(a, b)
                 new.append(k)
-            k = np.unique(np.concatenate(new))
-            del new
-            if len(have):
-                pos = np.minimum(np.searchsorted(have, k), len(have) - 1)
-                k = k[have[pos] != k]
-                have = np.union1d(have, k)
-            else:
-                have = k
-            p.advance(len(k))
+                p.advance(c)
+        k = sorted_unique(np.concatenate(new))
+        del new
+        if len(have):
+            pos = np.minimum(np.searchsorted(have, k), len(have) - 1)
+            k = k[have[pos] != k]
+            have = np.concatenate([have, k])      # disjoint: a sort, no dedupe
+            have.sort()
+        else:
+            have = k
     return Links.from_keys(have, n)
 
 

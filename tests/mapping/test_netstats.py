@@ -7,7 +7,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.netstats import Links, edge_overlap, link_keys, links_in_graph, network_stats, random_graph
+from mapping.netstats import (Links, edge_overlap, link_keys, links_in_graph, network_stats, random_graph,
+                              sorted_unique)
 
 
 def _graph(n, lo, hi):
@@ -149,3 +150,9 @@ def test_link_keys_and_chunked_overlap():
     assert expect > 0
     assert links_in_graph(keys, g.lo, g.hi, n) == links_in_graph(keys, g.lo, g.hi, n, chunk=7) == expect
     assert _graph(5, [0], [1]).igraph().vcount() == 5         # isolated rows are nodes
+
+
+def test_sorted_unique_equals_numpy_unique():
+    rng = np.random.default_rng(6)
+    for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64)):
+        assert np.array_equal(sorted_unique(k.astype(np.int64)), np.unique(k))
