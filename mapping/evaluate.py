@@ -1,4 +1,4 @@
-"""Evaluation stage: MeSH clustering accuracy per resolution, kNN network statistics, report.md.
+"""Evaluation stage: MeSH clustering accuracy per resolution, network statistics, report.md.
 
 Accuracy (METHODS.md §6) is measured on the papers that have MeSH descriptors (the PubMed
 records) with the cluster labels they got in the full clustering; a random-assignment baseline
@@ -9,9 +9,13 @@ without MeSH filtered out per batch) into compact assignment arrays (mapping.mes
 paper ids are mapped once to vector-store rows (the integer ids of edges and clusters); cluster
 labels are read per resolution as (row, cluster) NumPy arrays and gathered by row; references
 are mapped to rows in chunks of about n (one id hash table per chunk) and kept as int64 link keys.
+Network statistics (seed paper Table 6) of three graphs on the vector-store rows: the kNN graph,
+the direct-citation graph of the same papers and a random graph G(n, m) of the kNN graph's density
+(and one of the citation graph's density), with their pairwise edge overlap (Fig. 7).
 Memory: the vector store's ids (Arrow), 9 bytes per MeSH assignment, the publication vectors
-(~12 bytes per nonzero), one resolution's labels, the citation link keys (8 bytes each) and the
-graph (mapping.netstats).
+(~12 bytes per nonzero), one resolution's labels, the citation link keys (8 bytes each), the
+graphs' edge arrays (8 bytes an edge each; the kNN weights are dropped) and one igraph graph at a
+time (mapping.netstats).
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
-from mapping.netstats import link_keys, network_stats
+from mapping.netstats import Links, edge_overlap, link_keys, network_stats, random_graph, sorted_unique
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,9 @@ class EvaluateConfig:
                                       "each source costs one breadth-first search over the graph either way)")
     clustering_sample: int = setting(0, "nodes sampled for the average clustering coefficient (0 = every node; "
                                         "set e.g. 100000 at tens of millions of papers)")
+    random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "
+                                        "the citation graph's density gets seed + 1)")
+    random_citation_graph: bool = setting(True, "also measure a random graph of the citation graph's density")
     title: str = setting("sciencemap run report", "heading of report.md")
 
 
@@ -173,7 +180,79 @@ def citation_links(references: ds.Dataset, vector_ids: pa.Array, n: int, chunk_r
                 flush()
                 held = 0
         flush()
-    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+    return sorted_unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+
+GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (kNN density)",
+                "random_citation": "random (citation density)"}
+
+
+def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig) -> dict:
+    """Table 6 statistics of the kNN, direct-citation and random graphs on the vector-store rows
+    and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
+    One graph's igraph copy at a time; the kNN weights are dropped at once."""
+    knn = load_graph(layout)
+    n = knn.n
+    if n != len(vector_ids):
+        raise UserError(f"the kNN graph has {n:,} nodes but the vector store {len(vector_ids):,} rows; "
+                        "re-run the knn and cluster stages")
+    graphs = {"knn": Links(n, knn.lo, knn.hi)}
+    del knn
+    if layout.table("references").exists():
+        graphs["citation"] = Links.from_keys(citation_links(dataset(layout.table("references")), vector_ids, n), n)
+    graphs["random"] = random_graph(n, graphs["knn"].m, cfg.random_graph_seed)
+    if cfg.random_citation_graph and "citation" in graphs:
+        graphs["random_citation"] = random_graph(n, graphs["citation"].m, cfg.random_graph_seed + 1)
+    stats = {name: network_stats(g, cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
+                                 clustering_sample=cfg.clustering_sample, name=name) for name, g in graphs.items()}
+    names = list(graphs)
+    overlap = [{"a": a, "b": b, **edge_overlap(graphs[a], graphs[b])}
+               for i, a in enumerate(names) for b in names[i + 1:]]
+    return {"graphs": stats, "overlap": overlap, "random_graph_seed": cfg.random_graph_seed}
+
+
+NETWORK_ROWS = [("nodes", "nodes"), ("edges", "edges"), ("average degree", "average_degree"), ("density", "density"),
+                ("connected components", "connected_components"), ("largest component", "largest_component"),
+                ("largest component (share of nodes)", "largest_component_share"),
+                ("isolated nodes", "isolated_nodes"), ("average clustering coefficient", "average_clustering"),
+                ("average shortest path length", "average_shortest_path"),
+                ("reachable pairs in the path sample", "shortest_path_pairs")]
+
+
+def _small(v) -> str:
+    """Densities, shares and clustering of sparse graphs: four significant digits, not four decimals."""
+    return "-" if v is None else "n/a" if isinstance(v, float) and math.isnan(v) else f"{v:.4g}"
+
+
+def network_section(net: dict) -> list[str]:
+    """Table 6 with the graphs as columns, then the edge overlap of each pair (Fig. 7)."""
+    stats, names = net["graphs"], list(net["graphs"])
+    any_stats = next(iter(stats.values()))
+    rows = [[label] + [_small(stats[g].get(key)) if key in ("density", "largest_component_share", "average_clustering")
+                       else stats[g].get(key) for g in names]
+            for label, key in NETWORK_ROWS if any(key in stats[g] for g in names)]
+    lines = ["## Network statistics", "",
+             "The graphs on the same nodes (the papers of the vector store): the kNN graph (§5.2), the "
+             "direct-citation graph (distinct undirected links between these papers from the references "
+             "table) and random graphs G(n, m) of equal density (seed "
+             f"{net['random_graph_seed']}" + (f"; {net['random_graph_seed'] + 1} for the citation-density one"
+                                              if "random_citation" in stats else "") + "). Shortest paths: unweighted, averaged over the reachable pairs of "
+             f"{any_stats.get('shortest_path_sources', 0):,} sampled sources × "
+             f"{any_stats.get('shortest_path_targets', 0):,} sampled targets (the same nodes in every graph)"
+             + (f"; clustering coefficient over {any_stats['clustering_sample']:,} sampled nodes"
+                if "clustering_sample" in any_stats else "") + ".", ""]
+    lines += _table(["statistic"] + [GRAPH_TITLES.get(g, g) for g in names], rows) + [""]
+    if net["overlap"]:
+        lines += ["Edge overlap: edges in both graphs, as a share of each graph's edges and as Jaccard "
+                  "|A ∩ B| / |A ∪ B|; expected = m_A · m_B / (n (n − 1) / 2), the mean overlap with a random "
+                  "graph of the same density (its shares are the other graph's density).", ""]
+        lines += _table(["graph A", "graph B", "edges A", "edges B", "common", "share of A", "share of B",
+                         "Jaccard", "expected common", "common / expected"],
+                        [[GRAPH_TITLES.get(o["a"], o["a"]), GRAPH_TITLES.get(o["b"], o["b"]), o["edges_a"],
+                          o["edges_b"], o["common"], _small(o["share_of_a"]), _small(o["share_of_b"]),
+                          _small(o["jaccard"]), _small(o["common_expected"]), _small(o["common_over_expected"])]
+                         for o in net["overlap"]]) + [""]
+    return lines
 
 
 def _fmt(v, nd=4):
@@ -317,20 +396,11 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     lines.append("")
 
     t2 = time.perf_counter()
-    graph = load_graph(layout)
-    if graph.n != len(vector_ids):
-        raise UserError(f"the kNN graph has {graph.n:,} nodes but the vector store {len(vector_ids):,} rows; "
-                        "re-run the knn and cluster stages")
-    cite = None
-    if layout.table("references").exists():
-        cite = citation_links(dataset(layout.table("references")), vector_ids, graph.n)
+    net = networks(layout, vector_ids, cfg)
     del vector_ids
-    net = network_stats(graph, cfg.path_sample, cfg.baseline_seed, citation_keys=cite,
-                        path_targets=cfg.path_targets, clustering_sample=cfg.clustering_sample)
     metrics["network"] = net
     t_net = time.perf_counter() - t2
-    lines += ["## kNN network", ""] + _table(["statistic", "value"], [[k.replace("_", " "), v] for k, v in net.items()])
-    lines.append("")
+    lines += network_section(net)
     metrics["timings"] = {"mesh_s": round(t_mesh, 3), "network_s": round(t_net, 3),
                           "total_s": round(time.perf_counter() - t0, 3),
                           "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),

@@ -1,20 +1,64 @@
-"""Network statistics of the kNN graph (seed paper Table 6; METHODS.md §5).
+"""Network statistics of graphs on the papers (seed paper Table 6) and their edge overlap (Fig. 7);
+METHODS.md §5.5.
 
-Built for 33M nodes: the graph comes as arrays (`mapping.cluster.Graph`: n rows, every row a node,
-isolated ones included; edges lo < hi once each). Degrees come from NumPy; components, the
-clustering coefficient and the path lengths from igraph built from the arrays (`Graph.igraph()`,
-no edge lists). The average shortest path is estimated from `path_sample` seeded sources ×
-`path_targets` seeded targets, so no n-long distance list is kept; with samples covering every
-node it is the exact average over reachable ordered pairs. The clustering coefficient can be
-sampled too (`clustering_sample`). Citation overlap compares int64 link keys (lo · n + hi) by
-sorted search, in chunks of edges.
+Built for 33M nodes: a graph is arrays (`Links`: n nodes = rows 0..n-1, isolated ones included;
+edges lo < hi once each, sorted by (lo, hi); `mapping.cluster.Graph` has the same fields). Degrees
+come from NumPy; components, the clustering coefficient and the path lengths from igraph built from
+the arrays (no edge lists). The average shortest path is estimated from `path_sample` seeded
+sources × `path_targets` seeded targets, so no n-long distance list is kept; with samples covering
+every node it is the exact average over reachable ordered pairs. The clustering coefficient can be
+sampled too (`clustering_sample`). Edges are compared as int64 link keys (lo · n + hi) by sorted
+search, in chunks of edges. The random graph G(n, m) is drawn as arrays of keys.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import igraph as ig
 import numpy as np
 
+from mapping.cluster import igraph_from_arrays
 from sciencemap.progress import Progress
+
+CHUNK = 1 << 22               # edges (or drawn pairs) per NumPy step
+
+
+@dataclass
+class Links:
+    """An undirected simple graph on nodes 0..n-1: edges (lo, hi), lo < hi, distinct, sorted by (lo, hi)."""
+    n: int
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @property
+    def m(self) -> int:
+        return int(len(self.lo))
+
+    @classmethod
+    def from_keys(cls, keys: np.ndarray, n: int) -> "Links":
+        """From sorted distinct link keys (`link_keys`)."""
+        dt = np.int32 if n <= np.iinfo(np.int32).max else np.int64
+        return cls(int(n), (keys // n).astype(dt), (keys % n).astype(dt))
+
+    def keys(self) -> np.ndarray:
+        """The edges' sorted link keys (int64)."""
+        k = np.asarray(self.lo, np.int64) * self.n
+        k += self.hi
+        # sorted by construction; a graph handed in unsorted is sorted here rather than miscounted
+        return k if len(k) < 2 or bool((k[1:] > k[:-1]).all()) else sorted_unique(k)
+
+
+def sorted_unique(k: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted, in its own memory (sorts it in place).
+
+    NumPy 2.4's np.unique took 15-40 s on 30M int64 here (hash-based), a sort and a mask 0.4-1.5 s."""
+    if len(k) < 2:
+        return k
+    k.sort()
+    keep = np.empty(len(k), bool)
+    keep[0] = True
+    np.not_equal(k[1:], k[:-1], out=keep[1:])
+    return k[keep]
 
 
 def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
@@ -22,10 +66,10 @@ def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     ok = lo != hi
-    return np.unique(lo[ok] * n + hi[ok])
+    return sorted_unique(lo[ok] * n + hi[ok])
 
 
-def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chunk: int = 1 << 22) -> int:
+def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chunk: int = CHUNK) -> int:
     """How many of the sorted distinct link keys are edges (lo, hi) of the graph (edges distinct)."""
     if len(keys) == 0:
         return 0
@@ -37,11 +81,52 @@ def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chu
     return hit
 
 
-def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16) -> float:
-    """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target."""
+def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
+    """G(n, m): m distinct edges drawn uniformly among the n (n − 1) / 2 node pairs, seeded.
+
+    Each round draws as many uniform pairs as edges are still missing (so it never overshoots),
+    drops self-links, pairs already held and repeats within the round; the rounds' union is a
+    uniform m-subset because every step treats all pairs alike. At density ≪ 1 the first round
+    leaves only a few edges missing."""
+    pairs = n * (n - 1) // 2
+    if m > pairs:
+        raise ValueError(f"G(n, m) with n = {n:,} has at most {pairs:,} edges, not {m:,}")
+    rng = np.random.default_rng(seed)
+    have = np.zeros(0, np.int64)
+    rounds = 0
+    while len(have) < m:
+        need, rounds = m - len(have), rounds + 1
+        new = []
+        with Progress(f"evaluate: random graph G(n, m), round {rounds}", need, "pairs") as p:
+            for s in range(0, need, chunk):
+                c = min(chunk, need - s)
+                a = rng.integers(0, n, c, dtype=np.int64)
+                b = rng.integers(0, n, c, dtype=np.int64)
+                ok = a != b
+                a, b = a[ok], b[ok]
+                k = np.minimum(a, b) * n
+                k += np.maximum(a, b)
+                new.append(k)
+                p.advance(c)
+        k = sorted_unique(np.concatenate(new))
+        del new
+        if len(have):
+            pos = np.minimum(np.searchsorted(have, k), len(have) - 1)
+            k = k[have[pos] != k]
+            have = np.concatenate([have, k])      # disjoint: a sort, no dedupe
+            have.sort()
+        else:
+            have = k
+    return Links.from_keys(have, n)
+
+
+def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16,
+                        name: str = "") -> tuple[float, int]:
+    """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target,
+    and the number of those pairs."""
     total, count = 0.0, 0
     tgt = targets.tolist()
-    with Progress("evaluate: shortest paths", len(sources), "sources") as p:
+    with Progress(f"evaluate: shortest paths{name and f' ({name})'}", len(sources), "sources") as p:
         for s in range(0, len(sources), per_call):
             src = sources[s:s + per_call]
             d = np.asarray(g.distances(source=src.tolist(), target=tgt), float)
@@ -49,26 +134,23 @@ def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, p
             total += float(d[ok].sum())
             count += int(ok.sum())
             p.advance(len(src))
-    return total / count if count else float("nan")
+    return (total / count if count else float("nan")), count
 
 
-def network_stats(graph, path_sample: int = 200, seed: int = 0,
-                  citation_pairs: tuple[np.ndarray, np.ndarray] | None = None,
-                  citation_keys: np.ndarray | None = None, path_targets: int = 1000,
-                  clustering_sample: int = 0) -> dict:
-    """Nodes, edges, average degree, density, components, isolated nodes, average local
-    clustering coefficient (nodes of degree < 2 count 0; from `clustering_sample` seeded nodes
-    when > 0, else all), average shortest path length (unweighted, `path_sample` sources ×
-    `path_targets` targets, seeded, over reachable pairs), and, given citation links (row pairs,
-    or their `link_keys`), the share of citation links that are kNN edges versus the share
-    expected in a random graph of equal density.
+def network_stats(graph, path_sample: int = 200, seed: int = 0, path_targets: int = 1000,
+                  clustering_sample: int = 0, name: str = "") -> dict:
+    """Nodes, edges, average degree, density, components, the largest one (and its share of the
+    nodes), isolated nodes, average local clustering coefficient (nodes of degree < 2 count 0; from
+    `clustering_sample` seeded nodes when > 0, else all), average shortest path length (unweighted,
+    `path_sample` sources × `path_targets` targets, seeded, over reachable pairs; the pairs counted).
 
-    `graph`: a mapping.cluster.Graph (n nodes = rows 0..n-1, isolated ones included; lo, hi: each
-    edge once, lo < hi; `igraph()`)."""
+    `graph`: anything with n (nodes = rows 0..n-1, isolated ones included) and lo, hi (each edge
+    once, lo < hi): `Links` or mapping.cluster.Graph. The same seed samples the same nodes in
+    every graph of n nodes, so graphs on one node set are measured on one sample."""
     n, m = int(graph.n), int(len(graph.lo))
     lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
-    g = graph.igraph() if n else None       # unweighted, from the arrays (mapping.cluster.Graph)
+    g = igraph_from_arrays(n, lo, hi) if n else None     # unweighted
     # igraph's components: n list entries (mostly the shared small int of the giant component),
     # where SciPy's would copy the edges twice with float64 weights.
     sizes = np.asarray(g.connected_components().sizes()) if n else np.zeros(0, np.int64)
@@ -77,6 +159,7 @@ def network_stats(graph, path_sample: int = 200, seed: int = 0,
         "density": 2 * m / (n * (n - 1)) if n > 1 else 0.0,
         "connected_components": int(len(sizes)),
         "largest_component": int(sizes.max()) if n else 0,
+        "largest_component_share": float(sizes.max() / n) if n else 0.0,
         "isolated_nodes": int((deg == 0).sum()),
     }
     del deg
@@ -91,16 +174,29 @@ def network_stats(graph, path_sample: int = 200, seed: int = 0,
         rng = np.random.default_rng(seed)
         src = np.sort(rng.choice(n, min(path_sample, n), replace=False))
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        out["average_shortest_path"] = sampled_path_length(g, src, tgt)
+        out["average_shortest_path"], out["shortest_path_pairs"] = sampled_path_length(g, src, tgt, name=name)
         out["shortest_path_sources"] = int(len(src))
         out["shortest_path_targets"] = int(len(tgt))
-    del g
-    if citation_pairs is not None and citation_keys is None:
-        citation_keys = link_keys(citation_pairs[0], citation_pairs[1], n)
-    if citation_keys is not None:
-        hit = links_in_graph(citation_keys, lo, hi, n)
-        out["citation_links"] = int(len(citation_keys))
-        out["citation_links_in_knn"] = int(hit)
-        out["citation_overlap"] = float(hit / len(citation_keys)) if len(citation_keys) else float("nan")
-        out["citation_overlap_random_expected"] = out["density"]
     return out
+
+
+def edge_overlap(a, b) -> dict:
+    """Edges common to two graphs on the same n nodes (`Links` or mapping.cluster.Graph, edges
+    sorted by (lo, hi)): the count, its share of each graph's edges, Jaccard, and the count
+    expected by chance, m_a · m_b / (n (n − 1) / 2): the mean overlap of a graph of m_a edges
+    with a random graph of m_b edges (the expected shares are the other graph's density)."""
+    if a.n != b.n:
+        raise ValueError(f"graphs on different node sets ({a.n:,} and {b.n:,} nodes)")
+    n = int(a.n)
+    small, big = (a, b) if len(a.lo) <= len(b.lo) else (b, a)
+    keys = Links(n, small.lo, small.hi).keys()
+    common = links_in_graph(keys, big.lo, big.hi, n)
+    del keys
+    ma, mb = len(a.lo), len(b.lo)
+    pairs = n * (n - 1) / 2
+    expected = ma * mb / pairs if pairs else 0.0
+    nan = float("nan")
+    return {"edges_a": int(ma), "edges_b": int(mb), "common": int(common),
+            "share_of_a": common / ma if ma else nan, "share_of_b": common / mb if mb else nan,
+            "jaccard": common / (ma + mb - common) if ma + mb - common else nan,
+            "common_expected": expected, "common_over_expected": common / expected if expected else nan}

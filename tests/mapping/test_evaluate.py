@@ -12,7 +12,7 @@ from sciencemap.contracts import SCHEMAS
 from sciencemap.storage import dataset, read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
 
-from mapping.cluster import ClusterConfig, run_cluster
+from mapping.cluster import ClusterConfig, load_graph, run_cluster
 from mapping.evaluate import EvaluateConfig, citation_links, mesh_evaluation, run_evaluate
 from mapping.knn import KnnConfig, run_knn
 from mapping.mesh_accuracy import accuracy, granularity, publication_vectors
@@ -38,11 +38,63 @@ def test_run_evaluate_report(tmp_path, make_run):
     coarse = rows[0]
     assert coarse["accuracy"] > 0.9 > coarse["accuracy_random"]   # planted MeSH topics = clusters
     assert rows[1]["granularity"] > coarse["granularity"]
-    assert m["network"]["nodes"] == 180 and m["training"]["last_loss"] == pytest.approx(0.25)
+    assert m["network"]["graphs"]["knn"]["nodes"] == 180 and m["training"]["last_loss"] == pytest.approx(0.25)
+    assert list(m["network"]["graphs"]) == ["knn", "random"]          # no references table: no citation graph
     report = layout.report_md.read_text()
     for part in ("## Input", "## Citation importance", "## Training", "## MeSH clustering accuracy",
-                 "## kNN network", "| elife | 10 | 9 |", "NO", "f_I", "n_triplets: 123", "average clustering"):
+                 "## Network statistics", "| elife | 10 | 9 |", "NO", "f_I", "n_triplets: 123",
+                 "average clustering", "| statistic | kNN | random (kNN density) |"):
         assert part in report, part
+
+
+def test_run_evaluate_three_graphs(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=30, dim=16, noise=0.3)
+    run_knn(KnnConfig(k=8), layout)
+    run_cluster(ClusterConfig(resolutions=[0.05], min_cluster_size=2), layout)
+    # citations: the chain p:0 - p:1 - ... - p:59 (some cited both ways or twice), plus a self-citation
+    # and links to papers outside the run, which are no links
+    pairs = [(f"p:{i}", f"p:{i + 1}") for i in range(59)] + [("p:5", "p:4"), ("p:7", "p:8"), ("p:9", "p:9"),
+                                                              ("p:3", "x:1"), ("x:2", "p:3"), ("p:3", None)]
+    write_table_atomic(pa.Table.from_pylist([{"citing_id": a, "cited_id": b} for a, b in pairs],
+                                            schema=SCHEMAS["references"]), layout.table("references"))
+    run_evaluate(EvaluateConfig(path_sample=180, path_targets=0), layout)
+    net = json.loads(layout.metrics_json.read_text())["network"]
+    g = net["graphs"]
+    assert list(g) == ["knn", "citation", "random", "random_citation"]
+    c = g["citation"]
+    # a path of 60 nodes and 120 papers that cite nothing here
+    assert c["nodes"] == 180 and c["edges"] == 59 and c["isolated_nodes"] == 120
+    assert c["connected_components"] == 121 and c["largest_component"] == 60
+    assert c["largest_component_share"] == pytest.approx(1 / 3)
+    assert c["density"] == pytest.approx(59 / (180 * 179 / 2)) and c["average_degree"] == pytest.approx(118 / 180)
+    assert c["average_clustering"] == 0.0
+    # every ordered pair of the path: distance |i - j|, mean (N + 1) / 3 over N (N - 1) pairs
+    assert c["shortest_path_pairs"] == 60 * 59 and c["average_shortest_path"] == pytest.approx(61 / 3)
+    knn = load_graph(layout)
+    assert g["knn"]["edges"] == knn.m == g["random"]["edges"] and g["random_citation"]["edges"] == 59
+    assert g["random"]["nodes"] == g["random_citation"]["nodes"] == 180
+    ov = {(o["a"], o["b"]): o for o in net["overlap"]}
+    assert len(ov) == 6
+    kc = ov[("knn", "citation")]
+    knn_links = set(zip(knn.lo.tolist(), knn.hi.tolist()))
+    common = len(knn_links & {(i, i + 1) for i in range(59)})
+    assert 0 < common < 59 and kc["common"] == common
+    assert kc["share_of_a"] == pytest.approx(common / knn.m) and kc["share_of_b"] == pytest.approx(common / 59)
+    assert kc["jaccard"] == pytest.approx(common / (knn.m + 59 - common))
+    assert kc["common_expected"] == pytest.approx(knn.m * 59 / (180 * 179 / 2))
+    report = layout.report_md.read_text()
+    for part in ("| statistic | kNN | direct citation | random (kNN density) | random (citation density) |",
+                 f"| edges | {knn.m:,} | 59 | {knn.m:,} | 59 |", f"| kNN | direct citation | {knn.m:,} | 59 | {common} | "):
+        assert part in report, part
+    cells = {line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:] for line in report.splitlines()
+             if line.startswith("| ")}
+    assert cells["isolated nodes"][1] == "120" and cells["largest component (share of nodes)"][1] == "0.3333"
+    assert cells["average shortest path length"][1] == "20.3333" and cells["density"][1] == "0.003662"
+    # without the citation-density random graph: the three columns of the seed's Table 6
+    run_evaluate(EvaluateConfig(path_sample=20, random_citation_graph=False), layout)
+    net = json.loads(layout.metrics_json.read_text())["network"]
+    assert list(net["graphs"]) == ["knn", "citation", "random"] and len(net["overlap"]) == 3
+    assert "| statistic | kNN | direct citation | random (kNN density) |\n" in layout.report_md.read_text()
 
 
 def _rewrite_papers(layout, extra_rows):

@@ -1,4 +1,4 @@
-"""Network statistics of the kNN graph on graphs small enough to count by hand."""
+"""Network statistics, edge overlap and the random graph G(n, m) on graphs small enough to count by hand."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.netstats import link_keys, links_in_graph, network_stats
+from mapping.netstats import (Links, edge_overlap, link_keys, links_in_graph, network_stats, random_graph,
+                              sorted_unique)
 
 
 def _graph(n, lo, hi):
@@ -21,16 +22,87 @@ def _graph(n, lo, hi):
 def test_network_stats_on_known_graph():
     # two triangles (0-1-2, 3-4-5), one separate edge (6-7) and row 8 without edges
     g = _graph(9, [0, 1, 0, 3, 4, 3, 6], [1, 2, 2, 4, 5, 5, 7])
-    s = network_stats(g, path_sample=10, citation_pairs=(np.array([0, 1, 2, 6]), np.array([1, 0, 3, 6])))
+    s = network_stats(g, path_sample=10)
     assert s["nodes"] == 9 and s["edges"] == 7
     assert s["connected_components"] == 4 and s["isolated_nodes"] == 1 and s["largest_component"] == 3
+    assert s["largest_component_share"] == pytest.approx(3 / 9)
     assert s["average_degree"] == pytest.approx(14 / 9)
     assert s["density"] == pytest.approx(7 / 36)
     assert s["average_clustering"] == pytest.approx(6 / 9)   # triangle nodes 1; pair and isolated nodes 0
     assert s["average_shortest_path"] == pytest.approx(1.0)
     assert s["shortest_path_sources"] == 9 and s["shortest_path_targets"] == 9
-    # links {0,1} (cited both ways: once), {2,3}; the self-citation 6-6 is no link
-    assert s["citation_links"] == 2 and s["citation_links_in_knn"] == 1 and s["citation_overlap"] == pytest.approx(0.5)
+    assert s["shortest_path_pairs"] == 2 * 6 + 2                # ordered pairs within the triangles and the pair
+    # the same graph as bare arrays gives the same figures
+    assert network_stats(Links(9, g.lo, g.hi), path_sample=10) == s
+
+
+def test_network_stats_of_a_path_and_a_star():
+    # path 0-1-2-3 and star 4-(5,6,7): distances within the path 1,2,3 (x2 each ordered way:
+    # sum 2·(3·1 + 2·2 + 1·3) = 20 over 12 pairs), within the star 1 (6 pairs) and 2 (6 pairs)
+    s = network_stats(Links.from_keys(link_keys(np.array([0, 1, 2, 4, 4, 4]), np.array([1, 2, 3, 5, 6, 7]), 8), 8),
+                      path_sample=8, path_targets=0)
+    assert s["edges"] == 6 and s["connected_components"] == 2 and s["largest_component"] == 4
+    assert s["isolated_nodes"] == 0 and s["average_clustering"] == 0.0       # no triangle
+    assert s["shortest_path_pairs"] == 24
+    assert s["average_shortest_path"] == pytest.approx((20 + 6 * 1 + 6 * 2) / 24)
+    # closing the star's triangle 5-6: nodes 5 and 6 get 1, node 4 gets 1/3 (one of its 3 pairs linked)
+    s = network_stats(Links.from_keys(link_keys(np.array([0, 1, 2, 4, 4, 4, 5]), np.array([1, 2, 3, 5, 6, 7, 6]), 8),
+                                      8), path_sample=0)
+    assert s["average_clustering"] == pytest.approx((1 + 1 + 1 / 3) / 8)
+    assert "average_shortest_path" not in s
+
+
+def test_edge_overlap_by_hand():
+    n = 6
+    a = Links.from_keys(link_keys(np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 4, 5]), n), n)   # path
+    b = Links.from_keys(link_keys(np.array([1, 2, 0, 5, 3]), np.array([0, 0, 3, 3, 3]), n), n)   # 01 02 03 35
+    o = edge_overlap(a, b)
+    # common: {0,1}; the pairs are 15, so chance gives 5 · 4 / 15
+    assert o["edges_a"] == 5 and o["edges_b"] == 4 and o["common"] == 1
+    assert o["share_of_a"] == pytest.approx(1 / 5) and o["share_of_b"] == pytest.approx(1 / 4)
+    assert o["jaccard"] == pytest.approx(1 / 8)
+    assert o["common_expected"] == pytest.approx(20 / 15) and o["common_over_expected"] == pytest.approx(15 / 20)
+    r = edge_overlap(b, a)
+    assert r["common"] == 1 and r["share_of_a"] == pytest.approx(1 / 4) and r["share_of_b"] == pytest.approx(1 / 5)
+    # a graph with itself: everything in common
+    assert edge_overlap(a, a)["jaccard"] == 1.0 and edge_overlap(a, a)["common"] == 5
+    # edges handed in unsorted are still counted
+    assert edge_overlap(Links(n, a.lo[::-1], a.hi[::-1]), b)["common"] == 1
+    with pytest.raises(ValueError, match="different node sets"):
+        edge_overlap(a, Links(7, b.lo, b.hi))
+
+
+def _pair_keys(g):
+    return np.asarray(g.lo, np.int64) * g.n + g.hi
+
+
+@pytest.mark.parametrize("n,m", [(1000, 5000), (20, 180), (7, 21), (5, 0)])
+def test_random_graph_has_m_distinct_edges(n, m):
+    # sparse, dense (180 of 190 pairs: several rounds), complete, empty
+    g = random_graph(n, m, seed=3, chunk=64)
+    k = _pair_keys(g)
+    assert g.n == n and g.m == m
+    assert np.all(g.lo < g.hi) and g.lo.min(initial=0) >= 0 and g.hi.max(initial=0) < n   # no self-links
+    assert len(np.unique(k)) == m and np.all(np.diff(k) > 0)                          # distinct, sorted
+    again = random_graph(n, m, seed=3, chunk=64)
+    assert np.array_equal(again.lo, g.lo) and np.array_equal(again.hi, g.hi)          # seeded
+    if 0 < m < n * (n - 1) // 2:
+        assert not np.array_equal(_pair_keys(random_graph(n, m, seed=4, chunk=64)), k)
+    with pytest.raises(ValueError, match="at most"):
+        random_graph(n, n * (n - 1) // 2 + 1, seed=0)
+
+
+def test_random_graph_is_uniform_over_pairs():
+    # each of the 15 pairs of 6 nodes is an edge with probability m / 15, at low and high density
+    for m in (3, 12):
+        count = np.zeros(36, int)
+        for seed in range(2000):
+            g = random_graph(6, m, seed)
+            count[_pair_keys(g)] += 1
+        keys = link_keys(*np.triu_indices(6, 1), 6)
+        assert count.sum() == 2000 * m and count[keys].sum() == 2000 * m
+        # binomial sd at 2000 draws is 0.009 (p = 0.2 or 0.8): 0.04 is > 4 sd
+        assert np.abs(count[keys] / 2000 - m / 15).max() < 0.04
 
 
 def _random_graph(n, m, seed):
@@ -46,6 +118,7 @@ def test_sampled_path_length_is_exact_when_the_samples_cover_every_node():
     d = shortest_path(adj, directed=False, unweighted=True)
     exact = d[np.isfinite(d) & (d > 0)].mean()
     s = network_stats(g, path_sample=g.n, path_targets=g.n)
+    assert s["shortest_path_pairs"] == int((np.isfinite(d) & (d > 0)).sum())
     assert s["connected_components"] > 1 and s["isolated_nodes"] > 0
     assert s["average_shortest_path"] == pytest.approx(exact, rel=1e-12)
     assert network_stats(g, path_sample=g.n, path_targets=0)["average_shortest_path"] == pytest.approx(exact, rel=1e-12)
@@ -77,3 +150,9 @@ def test_link_keys_and_chunked_overlap():
     assert expect > 0
     assert links_in_graph(keys, g.lo, g.hi, n) == links_in_graph(keys, g.lo, g.hi, n, chunk=7) == expect
     assert _graph(5, [0], [1]).igraph().vcount() == 5         # isolated rows are nodes
+
+
+def test_sorted_unique_equals_numpy_unique():
+    rng = np.random.default_rng(6)
+    for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64)):
+        assert np.array_equal(sorted_unique(k.astype(np.int64)), np.unique(k))
