@@ -142,3 +142,26 @@ def test_the_real_map_opens_in_chromium_without_errors(browser, finished_run):
     # the table lists the map's topics largest first: the largest one's label reaches the page
     biggest = topics.sort_values("size").groupby("resolution")["label"].last()
     assert any(label in r["text"] for label in biggest), (list(biggest), r["text"][:500])
+
+
+def test_the_explore_notebook_runs_on_the_finished_run(finished_run, repo_root, monkeypatch):
+    """notebooks/explore_run.ipynb executed in a real kernel (nbclient) on this run: every cell runs,
+    the four map PNGs are shown, Table 6 is rendered, the look-up and the placement print their
+    tables."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    run, _, _ = finished_run
+    monkeypatch.setenv("SCIENCEMAP_RUN", str(run))
+    monkeypatch.setenv("SCIENCEMAP_REPO", str(repo_root))
+    nb = nbformat.read(repo_root / "notebooks" / "explore_run.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(repo_root / "notebooks")}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
+                     + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    assert "direct citation" in text and "random" in text          # Table 6's columns
+    assert "'placed': " in text and (run / "placed").exists()
+    assert pq.read_table(run / "placed").num_rows == 10

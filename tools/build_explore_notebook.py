@@ -42,7 +42,13 @@ areas = pq.read_table(RUN / 'areas').to_pandas()
 display(topics.sort_values(['resolution', 'size'], ascending=[True, False]).groupby('resolution').head(5))
 display(areas.sort_values('size', ascending=False).head(10))"""),
     ("md", "## The papers most similar to one paper (Tables 7–8)\nA corpus paper that cites other papers of the corpus; `cites` says whether it cites the neighbour."),
-    ("code", """LOOKUP"""),
+    ("code", """refs = pq.read_table(RUN / 'references', columns=['citing_id', 'cited_id']).to_pandas().dropna()
+corpus = set(papers.paper_id[papers.source_file.notna()])
+in_corpus = refs[refs.citing_id.isin(corpus) & refs.cited_id.isin(corpus)]
+focal = in_corpus.citing_id.value_counts().index[0] if len(in_corpus) else refs.citing_id.value_counts().index[0]
+out = subprocess.run([sys.executable, '-P', str(REPO / 'jobs' / 'lookup.py'), '--run', str(RUN),
+                      '--paper-id', focal, '--k', '10'], capture_output=True, text=True, check=True).stdout
+print(out)"""),
     ("md", """## Placing new papers without recomputing the map
 Ten papers' vectors, slightly perturbed, stand in for newly embedded papers (a user embeds a new month with the
 run's model into a run of its own). `place` finds their neighbours on the map, votes a topic and positions each
