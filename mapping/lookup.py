@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,30 +71,39 @@ def _normalised(text: pa.Array) -> pa.Array:
     return pc.utf8_lower(pc.replace_substring_regex(pc.utf8_trim_whitespace(text), r"\s+", " "))
 
 
+def _whole_words(text: str) -> str:
+    """A regex for `text` not inside a longer word ("aging" is not found in "imaging"); the
+    boundary is only asked for where the text begins or ends with a word character."""
+    edge = lambda c: r"\b" if c.isalnum() or c == "_" else ""  # noqa: E731
+    return edge(text[0]) + re.escape(text) + edge(text[-1])
+
+
 def find_by_title(layout: RunLayout, query: str) -> tuple[list[Match], list[int]]:
-    """Papers whose title matches `query`, case-insensitive and with runs of white space as one
-    space, best tier first: (matches, how many distinct papers matched per tier). A paper id
+    """Papers whose title matches `query` (whole words), case-insensitive and with runs of white
+    space as one space, best tier first: (matches, how many distinct papers matched per tier). A paper id
     repeated in the papers table counts once, in its best tier (beyond MATCHES_KEPT matches of a
     tier, which are counted but not kept, a repeat may count twice)."""
     q = " ".join(query.split()).lower()
     if not q:
         raise UserError("--title is empty; give some words of the title")
     words = q.split(" ")
+    phrase = _whole_words(q)
     best: dict[str, Match] = {}
     counts = [0, 0, 0]
     for b in dataset(layout.table("papers"), "run the ingest stage first").to_batches(
             columns=["paper_id", "title", "year"], batch_size=BATCH_ROWS):
         norm = _normalised(b.column("title"))
-        hit = pc.match_substring(norm, words[0])
+        hit = pc.match_substring_regex(norm, _whole_words(words[0]))
         for w in words[1:]:
-            hit = pc.and_(hit, pc.match_substring(norm, w))
+            hit = pc.and_(hit, pc.match_substring_regex(norm, _whole_words(w)))
         idx = pc.indices_nonzero(hit.fill_null(False))
         if not len(idx):
             continue
         sub = b.take(idx)
         nsub = norm.take(idx)
-        tier = np.where(pc.equal(nsub, q).fill_null(False).to_numpy(zero_copy_only=False), 0,
-                        np.where(pc.match_substring(nsub, q).fill_null(False).to_numpy(zero_copy_only=False), 1, 2))
+        whole = pc.equal(nsub, q).fill_null(False).to_numpy(zero_copy_only=False)
+        in_phrase = pc.match_substring_regex(nsub, phrase).fill_null(False).to_numpy(zero_copy_only=False)
+        tier = np.where(whole, 0, np.where(in_phrase, 1, 2))
         for pid, title, year, t in zip(sub.column("paper_id").to_pylist(), sub.column("title").to_pylist(),
                                        sub.column("year").to_pylist(), tier.tolist()):
             old = best.get(pid)
@@ -114,7 +124,8 @@ def choose_match(query: str, matches: list[Match], counts: list[int]) -> tuple[M
     words). (paper, []) when that is one paper; (None, the candidates) when it is not."""
     tier = next((t for t in range(len(TIERS)) if counts[t]), None)
     if tier is None:
-        raise UserError(f"no paper title contains every word of {query!r}; try fewer words, or use --paper-id")
+        raise UserError(f"no paper title contains every word of {query!r} (whole words); try fewer words, "
+                        "or use --paper-id")
     if counts[tier] == 1:
         return next(m for m in matches if m.tier == tier), []
     return None, [m for m in matches if m.tier == tier]
@@ -262,7 +273,8 @@ def map_resolution(layout: RunLayout, wanted: float | None) -> float | None:
     try:
         return choose_resolution(available, wanted)
     except UserError:
-        raise UserError(f"resolution {wanted} has no topics in {path}; use --resolution with one of {available}") from None
+        raise UserError(f"resolution {wanted} has no topics in {path}; "
+                        f"use --resolution with one of {available}") from None
 
 
 def topics_of(layout: RunLayout, resolution: float, rows: list[int]) -> dict[int, tuple[int, str, int]]:
@@ -417,8 +429,8 @@ def run_lookup(argv: list[str] | None = None, prog: str | None = None) -> dict:
         if chosen is None:
             count = counts[candidates[0].tier]
             if a.json:
-                print(json.dumps({"query": a.title, "matches": count, "shown": [vars(m) for m in candidates[:MATCHES_SHOWN]]},
-                                 indent=2))
+                shown = [vars(m) for m in candidates[:MATCHES_SHOWN]]
+                print(json.dumps({"query": a.title, "matches": count, "shown": shown}, indent=2))
             else:
                 print(format_matches(a.title, candidates, count))
             raise UserError(f"{count:,} papers match {a.title!r}; choose one with --paper-id")

@@ -187,18 +187,22 @@ def test_title_search(run, capsys):
     # a unique phrase match is taken
     assert main(["--run", str(run.root), "--title", "MODEL 123", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["paper"]["paper_id"] == "p:123"
-    # several phrase matches (17, 170..179): listed, and the command asks for an id
-    want = sorted(p for p, t in titles.items() if "model 17" in t.lower())
-    assert len(want) == 11
-    assert main(["--run", str(run.root), "--title", "Model 17"]) == 2
+    # whole words: "model 17" is not found in "model 170"
+    assert main(["--run", str(run.root), "--title", "model 17", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["paper"]["paper_id"] == "p:17"
+    # several phrase matches: listed, and the command asks for an id
+    want = sorted(p for p, t in titles.items() if " neuron cortex " in f" {t.lower()} ")
+    assert 1 < len(want) <= 20             # all of them listed
+    assert main(["--run", str(run.root), "--title", "Neuron  CORTEX"]) == 2
     cap = capsys.readouterr()
-    assert "11 papers match" in cap.out and all(p in cap.out for p in want)
-    assert cap.err.strip() == "error: 11 papers match 'Model 17'; choose one with --paper-id"
+    assert f"{len(want)} papers match" in cap.out and all(p in cap.out for p in want)
+    assert cap.err.strip() == f"error: {len(want)} papers match 'Neuron  CORTEX'; choose one with --paper-id"
     # every word, in any order, when no title holds the phrase
     matches, counts = find_by_title(run, "123 model")
     assert counts == [0, 0, 1] and matches[0].paper_id == "p:123"
-    assert main(["--run", str(run.root), "--title", "no such words"]) == 2
-    assert "no paper title contains every word" in capsys.readouterr().err
+    for query in ("no such words", "euron"):          # nor a piece of a word
+        assert main(["--run", str(run.root), "--title", query]) == 2
+        assert "no paper title contains every word" in capsys.readouterr().err
 
 
 def test_an_unknown_paper_is_one_clear_error(run, capsys):
