@@ -3,6 +3,10 @@
 `jobs/<stage>.py`, `python -m jobs.<stage>` and the console script `sciencemap <stage>` all end
 here: the options are the stage's config dataclass fields (sciencemap.config.add_options) plus
 `--run` and `--config`; the stage's summary is printed (JSON unless the stage says otherwise).
+
+Commands that are not stages (they read a run and write nothing, e.g. `lookup`) are listed under
+the entry-point group `sciencemap.commands` as `main(argv, prog) -> exit code` functions, which
+end in `command_main`.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError, log_to_stderr, run_cli
 from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, get_stage, pipeline_stages
 from sciencemap.storage import require_dir
+
+COMMAND_GROUP = "sciencemap.commands"
 
 
 def _unshadow_stage_packages() -> None:
@@ -69,6 +75,18 @@ def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None
     return run_cli(lambda a: run_stage(name, a, prog), argv)
 
 
+def command_main(main, argv: list[str] | None = None) -> int:
+    """Exit code of a command that is not a stage: `main(argv)` parses its own options."""
+    _unshadow_stage_packages()
+    log_to_stderr()
+    return run_cli(main, argv)
+
+
+def commands() -> dict[str, object]:
+    """The extra commands' entry points by name (group COMMAND_GROUP)."""
+    return {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}
+
+
 def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from sciencemap.pipeline import PipelineOptions, run_pipeline
 
@@ -91,7 +109,7 @@ def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`sciencemap <stage|pipeline> [options]`: the console script."""
+    """`sciencemap <stage|pipeline|command> [options]`: the console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         try:
@@ -99,9 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print("usage: sciencemap {pipeline," + ",".join(names) + "} [options]   (each has --help)")
+        print("usage: sciencemap {pipeline," + ",".join(names + sorted(commands())) + "} [options]   (each has --help)")
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "pipeline":
         return pipeline_main(rest, prog="sciencemap pipeline")
+    extra = commands().get(cmd)
+    if extra is not None:
+        return extra.load()(rest, prog=f"sciencemap {cmd}")
     return stage_main(cmd, rest, prog=f"sciencemap {cmd}")

@@ -33,10 +33,22 @@ def log_to_stderr() -> None:
     Only the project's loggers: the root logger stays quiet, so py4j and numba do not flood it."""
     import logging
 
+    class StderrHandler(logging.StreamHandler):
+        """Writes to sys.stderr as it is at each record, not as it was when the handler was made
+        (a caller that swaps stderr, as pytest's capture does, may have closed that one)."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _):
+            pass
+
     for name in PACKAGE_LOGGERS:
         logger = logging.getLogger(name)
         if not logger.handlers:
-            handler = logging.StreamHandler(sys.stderr)
+            handler = StderrHandler()
             handler.setFormatter(logging.Formatter("%(message)s"))
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)

@@ -144,6 +144,35 @@ def test_the_real_map_opens_in_chromium_without_errors(browser, finished_run):
     assert any(label in r["text"] for label in biggest), (list(biggest), r["text"][:500])
 
 
+def test_the_lookup_table_flags_agree_with_the_references(finished_run, run_job):
+    """`jobs/lookup.py` on the finished run, for the eLife paper with the most references resolved
+    to papers of the run: its table's cited / citing marks are the references table's links."""
+    import pyarrow.compute as pc
+
+    run, _, _ = finished_run
+    refs = pq.read_table(run / "references", columns=["citing_id", "cited_id"]).to_pylist()
+    on_map = set(pq.read_table(run / "vectors/ids.parquet").column("paper_id").to_pylist())
+    elife = pq.read_table(run / "papers", columns=["paper_id"],
+                          filters=(pc.field("source") == "elife") & pc.field("source_file").is_valid())
+    counts = {p: sum(r["citing_id"] == p and r["cited_id"] in on_map for r in refs)
+              for p in elife.column(0).to_pylist()}
+    focal = max(sorted(counts), key=counts.get)
+    cited = {r["cited_id"] for r in refs if r["citing_id"] == focal}
+    citing = {r["citing_id"] for r in refs if r["cited_id"] == focal}
+    p = run_job(["jobs/lookup.py", "--run", str(run), "--paper-id", focal, "--k", "100"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    h = next(i for i, line in enumerate(lines) if line.startswith("rank"))
+    head, rows = lines[h], lines[h + 1:]
+    cut = [head.index(c) for c in ("cited", "citing", "topic", "paper_id", "title")]
+    ids = [r[cut[3]:cut[4]].strip() for r in rows]
+    assert len(ids) == 100 and focal not in ids
+    assert [r[cut[0]:cut[1]].strip() == "yes" for r in rows] == [i in cited for i in ids]
+    assert [r[cut[1]:cut[2]].strip() == "yes" for r in rows] == [i in citing for i in ids]
+    assert any(i in cited for i in ids)          # the check saw at least one link
+    assert f"to {len({c for c in cited if c in on_map}):,} papers of the run" in lines[2]
+
+
 def test_the_explore_notebook_runs_on_the_finished_run(finished_run, repo_root, monkeypatch):
     """notebooks/explore_run.ipynb executed in a real kernel (nbclient) on this run: every cell runs,
     the four map PNGs are shown, Table 6 is rendered, the look-up and the placement print their

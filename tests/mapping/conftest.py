@@ -67,7 +67,7 @@ def _make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=
 
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")   # a pure builder: module-scoped runs may use it
 def make_run():
     """make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=None) -> (layout, labels)"""
     return _make_run

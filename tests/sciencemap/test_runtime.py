@@ -1,9 +1,13 @@
 """Process plumbing (sciencemap.runtime): user errors as one line, a plain process is rank 0 of 1."""
 from __future__ import annotations
 
+import io
+import logging
+import sys
+
 import pytest
 
-from sciencemap.runtime import Dist, UserError, dist_env, init_dist, run_cli
+from sciencemap.runtime import Dist, UserError, dist_env, init_dist, log_to_stderr, run_cli
 
 
 def test_a_user_error_is_one_line_and_exit_code_2(capsys):
@@ -30,3 +34,19 @@ def test_a_plain_process_is_rank_0_of_1(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert dist_env() == (4, 3, 1)
+
+
+def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch):
+    """A job's log handler follows sys.stderr: one swapped in later gets the lines, and a closed
+    earlier one (a finished test's capture) is never written to."""
+    logger = logging.getLogger("sciencemap")
+    monkeypatch.setattr(logger, "handlers", [])
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    log_to_stderr()
+    logger.info("one")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logger.info("two")
+    assert second.getvalue() == "two\n"
