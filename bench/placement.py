@@ -112,8 +112,7 @@ def holdout(args) -> None:
 
 
 def scale(args) -> None:
-    sys.path.insert(0, str(REPO / "bench"))
-    from synthetic import write_corpus
+    from synthetic import write_corpus  # bench/synthetic.py: a script's own folder is on its import path
 
     map_run = args.run / "map"
     new_run = args.run / "new"
