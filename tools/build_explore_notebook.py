@@ -56,7 +56,7 @@ with the map's saved local layout; `--no-redraw` leaves the map PNGs as they are
     ("code", """from sciencemap.vectors import open_vectors
 from sciencemap.contracts import embeddings_schema
 
-vec = open_vectors(RUN)
+vec = open_vectors(RUN / 'vectors')
 rows = np.random.default_rng(0).choice(vec.n, 10, replace=False)
 X = np.asarray(vec.X[np.sort(rows)], np.float32)
 X = X + 0.01 * np.random.default_rng(1).normal(size=X.shape).astype(np.float32)
