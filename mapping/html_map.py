@@ -387,7 +387,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     topics_r = p.add_glyph(src, glyph, selection_glyph=sel, nonselection_glyph=nonsel, name="topic_points")
 
     # Field values in tuple tooltips are inserted as text by BokehJS (no "{safe}" anywhere).
-    p.add_tools(HoverTool(renderers=[topics_r], tooltips=[
+    p.add_tools(HoverTool(renderers=[topics_r], name="hover", tooltips=[
         ("topic", "@label"), ("papers", "@size{0,0}"), ("main field", "@main_field"), ("mean year", "@year_s"),
         ("interdisciplinarity (DIV)", "@div_s")] + [("example", f"@ex{j}") for j in range(k)]))
 
