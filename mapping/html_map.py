@@ -157,7 +157,6 @@ def pack_topics(topics: pd.DataFrame, examples: list[list[str]], title_chars: in
     text_cols = ["label"] + [f"ex{j}" for j in range(k)]
     text = "\n".join([clean_text(s) for s in t["label"]] + [row[j] for j in range(k) for row in ex])
     vocab, ids = encode_text(text)
-    n_tokens = int((ids < 128).sum())
 
     columns, parts, off = [], [], 0
     for name, (arr, spec) in numeric.items():
@@ -168,7 +167,7 @@ def pack_topics(topics: pd.DataFrame, examples: list[list[str]], title_chars: in
     vb = "\0".join(vocab).encode("utf-8")
     header = {"n": n, "fields": fnames, "field_counts": fcounts.tolist(), "columns": columns,
               "text_columns": text_cols, "vocab": {"offset": off, "length": len(vb), "count": len(vocab)},
-              "tokens": {"offset": off + len(vb), "length": len(ids), "count": n_tokens}}
+              "tokens": {"offset": off + len(vb), "length": len(ids), "text_bytes": len(text.encode("utf-8"))}}
     hb = json.dumps(header).encode("utf-8")
     raw = struct.pack("<I", len(hb)) + hb + b"\0" * (-(4 + len(hb)) % 4) + b"".join(parts) + vb + ids.tobytes()
     gz = gzip.compress(raw, compresslevel=9, mtime=0)
@@ -243,15 +242,19 @@ S.t_start = performance.now();
       } else d[c.name] = c.type === "u32" ? new Uint32Array(buf, o, n) : new Uint16Array(buf, o, n);
     }
     // Strings: word tokens (vocabulary + LEB128 ids) -> "\n"-separated lines, column after column.
-    const vocab = new TextDecoder().decode(new Uint8Array(buf, base + head.vocab.offset, head.vocab.length)).split("\0");
+    // Copy each token's UTF-8 bytes (NUL never occurs inside a UTF-8 character), decode once.
+    const vb = new Uint8Array(buf, base + head.vocab.offset, head.vocab.length);
+    const vstart = new Uint32Array(head.vocab.count + 1);
+    for (let i = 0, j = 1; i < vb.length; i++) if (vb[i] === 0) vstart[j++] = i + 1;
+    vstart[head.vocab.count] = vb.length + 1;
     const ids = new Uint8Array(buf, base + head.tokens.offset, head.tokens.length);
-    const toks = new Array(head.tokens.count);
-    for (let p = 0, t = 0; p < ids.length; t++) {
+    const out = new Uint8Array(head.tokens.text_bytes);
+    for (let p = 0, o = 0; p < ids.length;) {
       let b = ids[p++], id = b & 127;
       for (let shift = 7; b >= 128; shift += 7) { b = ids[p++]; id |= (b & 127) << shift; }
-      toks[t] = vocab[id];
+      for (let q = vstart[id], e = vstart[id + 1] - 1; q < e; q++) out[o++] = vb[q];
     }
-    const lines = toks.join("").split("\n");
+    const lines = new TextDecoder().decode(out).split("\n");
     head.text_columns.forEach((name, j) => { d[name] = lines.slice(j * n, (j + 1) * n); });
     d.main_field = Array.from(d.fcode, c => head.fields[c]);
     // Hover text of the numbers (BokehJS's hover prints a NaN as "NaN" before any formatter).
@@ -406,16 +409,18 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
                                                        "fs": [f"{12 + 12 * v:.0f}pt" for v in fs]},
                                                       name="field_labels")))
 
-    # Legend of the main fields: the swatches are renderers of one point at NaN (never drawn on the
-    # map; BokehJS draws no swatch for a renderer without data), in the mapper's colours.
+    # Legend of the main fields. Each swatch is a renderer of one patch at NaN (never drawn):
+    # Patches, a glyph BokehJS draws on the canvas, as WebGL costs a copy of the GL canvas per
+    # renderer and paint; and not an index into the topics, whose swatches would appear only with
+    # the data and resize the legend (a second full paint).
     items = []
-    swatch = lambda c: p.scatter(x=[np.nan], y=[np.nan], size=10, fill_color=c, line_color=None)  # noqa: E731
+    swatch = lambda c: p.patches(xs=[[np.nan]], ys=[[np.nan]], fill_color=c, line_color=None)  # noqa: E731
     for i, (name, cnt) in enumerate(zip(fnames[:len(FIELD_PALETTE)], fcounts)):
         items.append(LegendItem(label=_legend_label(name, int(cnt)), renderers=[swatch(FIELD_PALETTE[i])]))
     if len(fnames) > len(FIELD_PALETTE):
-        r = swatch(OTHER_COLOR)
         rest = int(fcounts[len(FIELD_PALETTE):].sum())
-        items.append(LegendItem(label=f"{len(fnames) - len(FIELD_PALETTE):,} other fields ({rest:,})", renderers=[r]))
+        items.append(LegendItem(label=f"{len(fnames) - len(FIELD_PALETTE):,} other fields ({rest:,})",
+                                renderers=[swatch(OTHER_COLOR)]))
     legend = Legend(items=items, title="main field (topics)", label_text_font_size="8pt", glyph_height=12,
                     glyph_width=12, spacing=1, name="field_legend")
     p.add_layout(legend, "right")
