@@ -402,11 +402,12 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         f = fields.reset_index(drop=True)
         fs = np.sqrt(f["size"].to_numpy(float) / max(float(f["size"].max()), 1.0))
         p.add_layout(LabelSet(x="x", y="y", text="label", text_align="center", text_baseline="middle",
-                              text_font_size="fs", text_font_style="bold", text_color="#222222", text_alpha=0.55,
+                              text_font_size="fs", text_font_style="bold", text_color="#222222", text_alpha=0.8,
+                              text_outline_color="white",
                               source=ColumnDataSource({"x": f["x"].astype(float).tolist(),
                                                        "y": f["y"].astype(float).tolist(),
                                                        "label": [clean_text(s) for s in f["label"]],
-                                                       "fs": [f"{12 + 12 * v:.0f}pt" for v in fs]},
+                                                       "fs": [f"{14 + 14 * v:.0f}pt" for v in fs]},
                                                       name="field_labels")))
 
     # Legend of the main fields. Each swatch is a renderer of one patch at NaN (never drawn):
