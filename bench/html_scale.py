@@ -11,7 +11,7 @@
    repeats: article titles of the eLife JATS files (articles and their references,
    /work/shared/data/elife-articles) and the PubMed sample's titles; each generated title is the
    start of one real title joined to the end of another at word boundaries. The background image is
-   datashaded from 20 generated papers per topic (mapping.render.shade_points, the stage's size).
+   datashaded from 20 generated papers per topic (mapping.map_png.shade_categories, the stage's size).
 2. Builds map.html with mapping.html_map.build_html (what the render stage calls) and prints its
    size in MB (10^6 bytes) and what it is made of: the JavaScript and CSS of BokehJS, the Bokeh
    document (widgets, mappers, empty sources), the background PNG and the topics' data blob
@@ -55,7 +55,7 @@ DATA = Path("/work/shared/data")
 ELIFE = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
 PUBMED = DATA / "pubmed-multilabel-mesh-sample"
 # mapping/render.py as it was before mapping/html_map.py (its build_html is the reference).
-OLD_REF = "2d2b230"
+OLD_REF = "dd596bf"
 CHECK_TAGS = {"Humans", "Male", "Female", "Animals", "Adult", "Middle Aged", "Aged", "Adolescent", "Child",
               "Aged, 80 and over", "Young Adult", "Child, Preschool", "Infant", "Infant, Newborn", "Pregnancy"}
 STOP = {"the", "and", "for", "with", "from", "into", "its", "are", "was", "were", "that", "this", "via", "during",
@@ -158,10 +158,11 @@ def generate_topics(n: int, seed: int = 0, n_examples: int = 3) -> tuple[pd.Data
 
 def background(topics: pd.DataFrame, cfg, per_topic: int = 20, seed: int = 0):
     """(PNG bytes, x_range, y_range): generated papers around the topics, shaded the way the stage
-    shades them (mapping.render: shade_points, on white)."""
+    shades map.png's papers (mapping.map_png.shade_categories, on white)."""
     from PIL import Image
 
-    from mapping.render import CITED_ONLY, _bounds, category_colors, shade_points
+    from mapping.map_png import Frame, bounds, shade_categories
+    from mapping.render import CITED_ONLY, category_colors
 
     rng = np.random.default_rng(seed + 1)
     n = len(topics)
@@ -173,8 +174,9 @@ def background(topics: pd.DataFrame, cfg, per_topic: int = 20, seed: int = 0):
     y = (topics["y"].to_numpy(float)[t] + rad * np.sin(ang)).astype(np.float32)
     names = ["elife", "pubmed", "s2orc", CITED_ONLY]
     codes = rng.choice(4, len(t), p=[0.1, 0.3, 0.2, 0.4]).astype(np.int32)
-    xr, yr = _bounds(x, y)
-    img = shade_points(x, y, codes, names, cfg.width - cfg.legend_width, cfg.height, xr, yr, category_colors(names))
+    xr, yr = bounds(x, y)
+    img = shade_categories(x, y, codes, names, category_colors(names), Frame(cfg.width, cfg.height, cfg.legend_width,
+                                                                             xr, yr), under=CITED_ONLY)
     bg = Image.new("RGB", img.size, "white")
     bg.paste(img, (0, 0), img)
     buf = io.BytesIO()
