@@ -49,6 +49,7 @@ from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import atomic_file, write_bytes_atomic, write_table_atomic, write_text_atomic
 from sciencemap.vectors import open_vectors, read_rows
 
+from mapping import html_map
 from mapping.areas import area_membership, area_regions, region_borders, topic_graph
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
@@ -513,7 +514,7 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
     bg = Image.new("RGB", base.size, "white")
     bg.paste(base, (0, 0), base)
     xr, yr = bounds(pxy[:, 0], pxy[:, 1])
-    html = build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg)
+    html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas)
     write_text_atomic(layout.map_html, html)
     return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),
             "sources": counts, "fields": field_summary}

@@ -174,16 +174,19 @@ class Chromium:
 
 
 def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, settle: float = 1.0,
-              probes: dict[str, str] | None = None) -> dict:
+              probes: dict[str, str] | None = None, init_js: str | None = None) -> dict:
     """Load file://path; wait until `wait_js` evaluates truthy (or timeout); return
     {"errors": [...], "text": deep text, "tags": [...], "ready": bool, "pwned": window.__pwned,
-    "probes": {name: value of each probe expression, evaluated in order after loading}}."""
+    "probes": {name: value of each probe expression, evaluated in order after loading}}.
+    `init_js` runs in the page before its own scripts (e.g. to take a browser feature away)."""
     c = Chromium()
     try:
         target = c.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         sess = c.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for dom in ("Runtime.enable", "Log.enable", "Page.enable"):
             c.send(dom, session=sess)
+        if init_js:
+            c.send("Page.addScriptToEvaluateOnNewDocument", {"source": init_js}, session=sess)
         c.send("Page.navigate", {"url": Path(path).resolve().as_uri()}, session=sess)
         ready = wait_js is None
         deadline = time.monotonic() + timeout

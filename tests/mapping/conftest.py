@@ -77,3 +77,40 @@ def make_run():
 def clustered_vectors():
     """clustered_vectors(n_clusters, per, dim, noise, seed=0) -> (X float32, true labels)"""
     return _clustered_vectors
+
+
+def _generated_topics(n: int, seed: int = 0, words_per_title: tuple[int, int] = (6, 28)):
+    """n map topics as the render stage hands them to the HTML map: a topics frame (cluster, size,
+    label, x, y, main_field, mean_year, interdisciplinarity; some years and DIVs missing) and three
+    example titles per topic, of pseudo-words drawn Zipf-like from a 4,000-word vocabulary."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocab = sorted({"".join(rng.choice(letters, rng.integers(3, 11))) for _ in range(4500)})[:4000]
+    p = 1.0 / np.arange(1, len(vocab) + 1)
+    p /= p.sum()
+    fields = [f"Field {w}" for w in rng.choice(vocab, 40, replace=False)]
+    fp = 1.0 / np.arange(1, 41)
+    examples, labels = [], []
+    for _ in range(n):
+        ex = [" ".join(rng.choice(vocab, rng.integers(*words_per_title), p=p)).capitalize() for _ in range(3)]
+        words = sorted({w for t in ex for w in t.lower().split()})
+        labels.append(", ".join(rng.choice(words, 3, replace=False)))
+        examples.append(ex)
+    year = rng.normal(2008, 6, n)
+    year[rng.random(n) < 0.02] = np.nan
+    div = rng.beta(0.8, 5, n)
+    div[rng.random(n) < 0.03] = np.nan
+    topics = pd.DataFrame({"cluster": np.arange(n, dtype=np.int32),
+                           "size": np.maximum(5, rng.lognormal(5, 1, n)).astype(np.int32), "label": labels,
+                           "x": rng.normal(0, 5, n).astype(np.float32), "y": rng.normal(0, 5, n).astype(np.float32),
+                           "main_field": rng.choice(fields, n, p=fp / fp.sum()), "mean_year": year.astype(np.float32),
+                           "interdisciplinarity": div.astype(np.float32)})
+    return topics, examples
+
+
+@pytest.fixture
+def generated_topics():
+    """generated_topics(n, seed=0, words_per_title=(6, 28)) -> (topics DataFrame, examples: 3 titles per topic)"""
+    return _generated_topics

@@ -1,17 +1,45 @@
-"""map.html (mapping.render) in real headless Chromium: no JavaScript errors, labels rendered,
-data strings escaped. Skipped where Chromium is not installed (the `browser` fixture)."""
+"""map.html (mapping.html_map, written by the render stage) in real headless Chromium: no JavaScript
+errors, the topics decoded from the blob, hover, overlays, search, WebGL with a canvas fallback,
+data strings shown as text. Skipped where Chromium is not installed (the `browser` fixture)."""
 from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
 from PIL import Image
 
-from mapping.render import RenderConfig, build_html
+from mapping.html_map import build_html, payload_of, unpack_topics
+from mapping.render import RenderConfig
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+# The page has decoded its blob, filled the sources and painted (or failed: then errors say why).
+MAP_READY = "window.sciencemap && (window.sciencemap.ready || window.sciencemap.error !== undefined)"
+# Page helpers for the probes: the BokehJS view of a named model, and hovering over topic i.
+HELPERS = r"""(() => {
+  const doc = Bokeh.documents[0];
+  window.__model = (name) => doc.get_model_by_name(name);
+  window.__view = (name) => { const m = __model(name); const st = [...Bokeh.index.roots];
+    while (st.length) { const v = st.pop(); if (v.model === m) return v; st.push(...v.children()); } return null; };
+  // The fill colours BokehJS computed for the topic points (RGBA as uint32), as drawn.
+  window.__colours = () => { const f = __view('topic_points').glyph.fill_color; return Array.from({length: f.length}, (_, i) => f.get(i)); };
+  window.__hover = (i) => { const pv = __view('topic_points').parent, d = __model('topics').data;
+    const el = pv.canvas_view.events_el, r = el.getBoundingClientRect();
+    const at = {clientX: r.left + pv.frame.x_scale.compute(d.x[i]), clientY: r.top + pv.frame.y_scale.compute(d.y[i]),
+                bubbles: true, pointerType: 'mouse', isPrimary: true};
+    for (const t of ['pointerenter', 'pointermove']) el.dispatchEvent(new PointerEvent(t, at)); return d.label[i]; };
+  return true; })()"""
+SEARCH_RESULT = "JSON.stringify([__model('topics').selected.indices, __model('search_info').text])"
+NO_WEBGL = """const get = HTMLCanvasElement.prototype.getContext;
+HTMLCanvasElement.prototype.getContext = function (type, ...args) { return /webgl/i.test(type) ? null : get.call(this, type, ...args); };"""
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 20), "white").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def test_detector_sees_js_errors_and_injection(tmp_path, browser):
@@ -34,21 +62,123 @@ def test_map_html_no_errors_labels_escaped(tmp_path, browser):
                            "label": [EVIL, "protein, folding", "parser, syntax", "galaxy & <b>orbit</b>"],
                            "x": [0.0, 1, 0, 1], "y": [0.0, 0, 1, 1], "main_field": ["Bio", "Bio", "CS", "<i>Astro</i>"],
                            "mean_year": [2001.0, np.nan, 2010, 2015], "interdisciplinarity": [0.0, 1.5, np.nan, 2]})
-    examples = [[EVIL, "A title"], ["Protein"], ["Parser"], ["Galaxy"]]
-    buf = io.BytesIO()
-    Image.new("RGB", (20, 20), "white").save(buf, format="PNG")
-    html = build_html(topics, examples, buf.getvalue(), (-0.5, 1.5), (-0.5, 1.5), RenderConfig(title="test map"))
-    assert EVIL not in html and "</script><img" not in html  # escaped inside Bokeh's JSON
+    examples = [["A title", EVIL], ["Protein"], ["Parser"], ["Galaxy"]]
+    html = build_html(topics, examples, _png(), (-0.5, 1.5), (-0.5, 1.5), RenderConfig(title="test map <b>x</b>"))
+    assert EVIL not in html and "</script><img" not in html and "<b>x</b>" not in html
     page = tmp_path / "map.html"
     page.write_text(html)
-    r = browser.open_page(page, wait_js=browser.TABLE_RENDERED, timeout=30)
-    assert r["ready"], "BokehJS did not render the topic table"
+    # hover over the <script> topic (row 0: the largest): its example title is shown in the tooltip
+    r = browser.open_page(page, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
+                          probes={"helpers": HELPERS, "hover": "__hover(0)"})
+    assert r["ready"], "the map did not load or BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
+    assert r["probes"]["hover"] == EVIL
     assert r["pwned"] is None, "a data string was executed as HTML"
     bad = [t for t in r["tags"] if t.endswith("[pwned]") or t.startswith("img") or t in ("b", "i")]
     assert not bad, bad
-    for label in (EVIL, "protein, folding", "parser, syntax", "galaxy & <b>orbit</b>", "<i>Astro</i>"):
+    for label in (EVIL, "protein, folding", "parser, syntax", "galaxy & <b>orbit</b>", "<i>Astro</i>", "test map <b>x</b>"):
         assert label in r["text"], label        # shown literally, as text
+    text = r["text"]
+    assert "A title" in text and text.count(EVIL) >= 3   # table cell, tooltip label, tooltip example
+    assert re.search(r"mean year:\s*2001\.0", text)
+
+
+def test_generated_map_decodes_hovers_switches_and_searches(tmp_path, browser, generated_topics):
+    n = 2000
+    want = {}
+
+    def matches(df, query):
+        hay = (df["label"] + "\n" + df["ex0"] + "\n" + df["ex1"] + "\n" + df["ex2"]).str.lower()
+        return [i for i, h in enumerate(hay) if all(t in h for t in query.lower().split())]
+
+    topics, examples = generated_topics(n)
+    fields = pd.DataFrame({"label": ["Life <sciences>", "Physics"], "x": [-5.0, 5.0], "y": [0.0, 3.0],
+                           "size": [1500, 500]})
+    html = build_html(topics, examples, _png(), (-20, 20), (-20, 20), RenderConfig(labels_on_map=25), fields)
+    df, head = unpack_topics(payload_of(html))
+    page = tmp_path / "map.html"
+    page.write_text(html)
+    title_word = df["ex1"][1234].split()[2].lower()        # a word of a title
+    terms = df["label"][77].split(", ")                    # terms of a label; both must match (AND)
+    want["title"], want["label"] = matches(df, title_word), matches(df, " ".join(terms[:2]))
+    assert 1234 in want["title"] and 77 in want["label"]
+    probes = {
+        "data": """(() => { const d = __model('topics').data; const pick = i => ({label: d.label[i], ex0: d.ex0[i],
+            ex2: d.ex2[i], size: d.size[i], field: d.main_field[i], year: d.year_s[i], div: d.div_s[i], x: d.x[i]});
+            return JSON.stringify({n: sciencemap.n, cols: Object.keys(d).sort(), len: d.label.length,
+              rows: [0, 1, 999, 1999].map(pick), labels: __model('map_labels').data.label.length,
+              fields: __model('field_labels').data.label,
+              webgl: __view('topic_points').has_webgl,
+              gl_available: !!document.createElement('canvas').getContext('webgl')}); })()""",
+        "tooltip": "JSON.stringify(__model('hover').tooltips)",
+        "c_field": "JSON.stringify(__colours())",
+        "to_year": "__model('overlay').value = 'year'",
+        "c_year": "JSON.stringify([__colours(), __model('year_bar').visible, __model('field_legend').visible, "
+                  "__model('year_bar').title, __model('year_mapper').nan_color])",
+        "to_div": "__model('overlay').value = 'div'",
+        "c_div": "JSON.stringify([__colours(), __model('div_bar').visible, __model('year_bar').visible, __model('div_bar').title])",
+        # (a CustomJS callback runs after the probe that triggers it: setting and reading are two probes)
+        "set_title": f"__model('search').value = {json.dumps(title_word.upper())}",
+        "search_title": SEARCH_RESULT,
+        "set_label": f"__model('search').value = {json.dumps(' '.join(terms[:2]))}",
+        "search_label": SEARCH_RESULT,
+        "set_none": "__model('search').value = 'zzzqqq'",
+        "search_none": SEARCH_RESULT,
+        "hover": "__hover(999)",
+    }
+    r = browser.open_page(page, wait_js=MAP_READY, timeout=60, probes={"helpers": HELPERS, **probes})
+    assert r["ready"] and r["errors"] == [], r["errors"]
+    p = r["probes"]
+    d = json.loads(p["data"])
+    assert d["n"] == n == d["len"] and d["labels"] == 25
+    assert d["fields"] == ["Life <sciences>", "Physics"]
+    assert {"label", "size", "main_field", "year_s", "div_s", "ex0", "ex1", "ex2", "x", "y"} <= set(d["cols"])
+    for i, row in zip([0, 1, 999, 1999], d["rows"]):      # the browser decoded what Python packed
+        assert row["label"] == df["label"][i] and row["ex0"] == df["ex0"][i] and row["ex2"] == df["ex2"][i]
+        assert row["size"] == df["size"][i] and row["field"] == df["main_field"][i]
+        assert row["year"] == ("–" if np.isnan(df["year"][i]) else f"{df['year'][i]:.1f}")
+        assert abs(row["x"] - df["x"][i]) < 1e-9
+    assert d["rows"][0]["size"] == topics["size"].max()     # largest first
+    tips = dict(json.loads(p["tooltip"]))
+    assert set(tips) >= {"topic", "papers", "main field", "mean year", "interdisciplinarity (DIV)", "example"}
+    # hover over topic 999 shows its fields in the tooltip
+    assert p["hover"] == df["label"][999]
+    for s in (df["label"][999], df["ex0"][999], df["ex2"][999], df["main_field"][999]):
+        assert s in r["text"], s
+    # the overlay switch recolours the points from the values (the year mapper's NaN colour where missing)
+    c_field = json.loads(p["c_field"])
+    c_year, year_bar_on, legend_on, year_title, nan_color = json.loads(p["c_year"])
+    c_div, div_bar_on, year_bar_still, div_title = json.loads(p["c_div"])
+    assert len(c_field) == len(c_year) == len(c_div) == n
+    assert c_field != c_year != c_div
+    assert len(set(c_year)) > 100 and len(set(c_field)) <= 16  # a continuous scale vs. 15 fields + grey
+    nan_rgba = int(nan_color[1:], 16) * 256 + 255
+    missing = np.flatnonzero(np.isnan(df["year"].to_numpy()))
+    assert len(missing) and all(c_year[i] == nan_rgba for i in missing)
+    assert year_bar_on and not legend_on and year_title == "mean year"
+    assert div_bar_on and not year_bar_still and div_title == "interdisciplinarity (DIV)"
+    # search: by a title word (case-insensitive) and by a label term (+ a word start), with the count shown
+    sel, text = json.loads(p["search_title"])
+    assert sel == want["title"] and text == f"{len(want['title']):,} of {n:,} topics match"
+    sel, text = json.loads(p["search_label"])
+    assert sel == want["label"] and text.startswith(f"{len(want['label']):,} of")
+    assert json.loads(p["search_none"]) == [[], f"0 of {n:,} topics match"]
+    if d["gl_available"]:
+        assert d["webgl"] is True, "WebGL is available but the topic points are not drawn with it"
+
+
+def test_map_without_webgl_falls_back_to_canvas(tmp_path, browser, generated_topics):
+    topics, examples = generated_topics(300)
+    html = build_html(topics, examples, _png(), (-20, 20), (-20, 20), RenderConfig())
+    page = tmp_path / "map.html"
+    page.write_text(html)
+    r = browser.open_page(page, wait_js=MAP_READY, timeout=60, init_js=NO_WEBGL, probes={
+        "helpers": HELPERS, "state": "JSON.stringify([sciencemap.n, __view('topic_points').has_webgl, "
+                                     "!!document.createElement('canvas').getContext('webgl')])",
+        "switch": "(__model('overlay').value = 'year', __colours().length)"})
+    assert r["ready"] and r["errors"] == [], r["errors"]
+    assert json.loads(r["probes"]["state"]) == [300, False, False]
+    assert r["probes"]["switch"] == 300
 
 
 def test_pipeline_map_html_in_browser(tmp_path, browser, make_run):
@@ -61,18 +191,14 @@ def test_pipeline_map_html_in_browser(tmp_path, browser, make_run):
     run_knn(KnnConfig(k=8), layout)
     run_cluster(ClusterConfig(resolutions=[0.03], min_cluster_size=3), layout)
     run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120), layout)
-    # Switch the colour overlay the way the Select widget does; the CustomJS callback must recolour.
-    switch = """(() => { const sel = [...Bokeh.documents[0].all_models].find(m => m.constructor.__name__ === 'Select');
-      sel.value = 'c_year'; return sel.value; })()"""
-    colours = """(() => { const src = [...Bokeh.documents[0].all_models].find(m => m.data && 'c_year' in m.data);
-      return JSON.stringify([src.data.color, src.data.c_year, src.data.c_field]); })()"""
-    r = browser.open_page(layout.map_html, wait_js=browser.TABLE_RENDERED, timeout=30,
-                               probes={"switch": switch, "colours": colours})
+    r = browser.open_page(layout.map_html, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
+                          probes={"helpers": HELPERS, "before": "JSON.stringify(__colours())",
+                                  "switch": "__model('overlay').value = 'year'",
+                                  "after": "JSON.stringify(__colours())", "n": "sciencemap.n"})
     assert r["ready"] and r["errors"] == [], r["errors"]
-    color, c_year, c_field = json.loads(r["probes"]["colours"])
-    assert c_year != c_field
-    assert color == c_year
+    assert json.loads(r["probes"]["before"]) != json.loads(r["probes"]["after"])
     assert r["pwned"] is None
-    t = read_table(layout.table("topics")).to_pandas().sort_values("size", ascending=False)
-    for label in t["label"].head(5):
+    t = read_table(layout.table("topics")).to_pandas()
+    assert r["probes"]["n"] == len(t)                     # one resolution clustered: all topics are on the map
+    for label in t.sort_values("size", ascending=False)["label"].head(5):
         assert label in r["text"]
