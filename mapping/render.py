@@ -345,7 +345,9 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                            SCHEMAS["topics"])
 
     with steps("areas"):
-        areas, topic_area = research_areas(layout, data, lab_d, map_topics, cfg)
+        # every clustered row links its map topic (cited-only papers too: they hold most kNN edges)
+        graph_topic = np.where(clustered, dense[np.maximum(labels_all, 0)], -1)
+        areas, topic_area = research_areas(layout, data, lab_d, graph_topic, map_topics, cfg)
         if areas is not None:
             write_table_atomic(pa.Table.from_pandas(areas, preserve_index=False), layout.table("areas"),
                                SCHEMAS["areas"])
@@ -382,14 +384,14 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     return summary
 
 
-def research_areas(layout: RunLayout, data: PaperData, lab_d: np.ndarray, map_topics: pd.DataFrame,
-                   cfg: RenderConfig) -> tuple[pd.DataFrame | None, np.ndarray]:
+def research_areas(layout: RunLayout, data: PaperData, lab_d: np.ndarray, graph_topic: np.ndarray,
+                   map_topics: pd.DataFrame, cfg: RenderConfig) -> tuple[pd.DataFrame | None, np.ndarray]:
     """The second level (mapping.areas): (areas table or None, area of each map topic, -1 = none)."""
     T = len(map_topics)
     edges = layout.table("edges")
     if cfg.area_resolution <= 0 or not edges.exists() or T < 2:
         return None, np.full(T, -1, np.int64)
-    W = topic_graph(edges, lab_d, T)
+    W = topic_graph(edges, graph_topic, T)
     topic_area = area_membership(W, cfg.area_resolution, cfg.seed)
     row_area = np.where(lab_d >= 0, topic_area[np.maximum(lab_d, 0)], -1)
     ov = overlays(data, row_area, 2, n_topics=int(topic_area.max()) + 1)
@@ -482,7 +484,7 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
         img = shade_categories(x, y, fcode[topic], fnames, fcolors, frame, under=NO_FIELD, progress=prog)
         items = [(f, fcolors[f], int(fcount[i])) for i, f in enumerate(fnames) if fcount[i]]
         finish(img, layout.map_overlay_png("field"),
-               lambda d: legend(d, frame, "colour = topic's main field (papers)", items))
+               lambda d: legend(d, frame, "topic main field (papers)", items))
         field_summary = {f: {"papers": int(fcount[i]), "topics": int(ftopics[i])} for i, f in enumerate(fnames)}
         files["map_field"] = str(layout.map_overlay_png("field"))
 
