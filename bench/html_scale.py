@@ -246,8 +246,11 @@ def measure_new_page(page: Path, timeout: float, init_js: str | None = None) -> 
 
 def load_in_browser(path: Path, wait_js: str, probes: dict[str, str], timeout: float,
                     init_js: str | None = None) -> dict:
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import CHROMIUM, open_page  # the browser tests' headless Chromium
+    # the browser tests' headless Chromium, loaded from tests/conftest.py by file (no import-path edit)
+    spec = importlib.util.spec_from_file_location("sciencemap_tests_conftest", REPO / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    CHROMIUM, open_page = conftest.CHROMIUM, conftest.open_page
 
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"headless Chromium not installed ({CHROMIUM}); apt-get install chromium")
@@ -285,7 +288,6 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a page to load")
     ap.add_argument("--out", type=Path, default=None, help="keep the pages in this folder (default: a temporary one)")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO))
     from mapping.html_map import build_html, pack_topics
     from mapping.render import RenderConfig
 
