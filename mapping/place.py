@@ -28,7 +28,6 @@ import logging
 from dataclasses import dataclass, fields as dc_fields
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -212,6 +211,3 @@ def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_topi
                                colors={PLACED: PLACED_COLOR}, under=CITED_ONLY)
     return files
 
-
-def placed_frame(layout: RunLayout) -> pd.DataFrame:
-    return read_table(layout.table("placed")).to_pandas()

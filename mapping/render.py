@@ -28,7 +28,6 @@ open it in headless Chromium with a `<script>` title to check that.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import logging
@@ -112,80 +111,6 @@ def map_categories(source: np.ndarray, sources: list[str], cited_only: np.ndarra
     codes = np.where(np.asarray(source) >= 0, source, len(sources)).astype(np.int32)
     codes[np.asarray(cited_only, bool)] = len(sources) + 1
     return codes, names
-
-
-def _linear_colors(values: np.ndarray, palette: list[str], missing: str = "#bbbbbb") -> list[str]:
-    v = np.asarray(values, float)
-    ok = np.isfinite(v)
-    out = np.full(len(v), missing, dtype=object)
-    if ok.any():
-        lo, hi = np.nanmin(v[ok]), np.nanmax(v[ok])
-        idx = np.zeros(ok.sum(), int) if hi == lo else ((v[ok] - lo) / (hi - lo) * (len(palette) - 1)).round().astype(int)
-        out[ok] = np.asarray(palette, dtype=object)[idx]
-    return list(out)
-
-
-def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: bytes, x_range, y_range,
-               cfg: RenderConfig) -> str:
-    """Self-contained Bokeh document: background image, topic circles + hover, colour selector, table."""
-    from bokeh.embed import file_html
-    from bokeh.layouts import column
-    from bokeh.models import (ColumnDataSource, CustomJS, DataTable, HoverTool, LabelSet,
-                              Select, TableColumn)
-    from bokeh.palettes import Viridis256
-    from bokeh.plotting import figure
-    from bokeh.resources import INLINE
-
-    t = topics.reset_index(drop=True)
-    fields = list(t["main_field"].fillna(""))
-    top_fields = pd.Series(fields).value_counts().index[:len(PALETTE) - 1]
-    fcol = {f: PALETTE[i] for i, f in enumerate(top_fields)}
-    c_field = [fcol.get(f, "#7f7f7f") for f in fields]
-    c_year = _linear_colors(t["mean_year"].to_numpy(), list(Viridis256))
-    c_inter = _linear_colors(t["interdisciplinarity"].to_numpy(), list(Viridis256))
-    size = t["size"].to_numpy(float)
-    msize = 6 + 34 * np.sqrt(size / max(size.max(), 1))
-    fmt = lambda a: ["" if not np.isfinite(v) else f"{v:.1f}" for v in np.asarray(a, float)]  # noqa: E731
-    data = {
-        "x": t["x"].astype(float).tolist(), "y": t["y"].astype(float).tolist(),
-        "msize": msize.tolist(), "label": t["label"].fillna("").tolist(), "size": t["size"].astype(int).tolist(),
-        "main_field": fields, "mean_year": fmt(t["mean_year"]), "inter": fmt(t["interdisciplinarity"]),
-        "examples": [" | ".join(e) for e in examples],
-        "c_field": c_field, "c_year": c_year, "c_inter": c_inter, "color": list(c_field),
-    }
-    src = ColumnDataSource(data)
-    p = figure(width=cfg.html_width, height=cfg.html_height, x_range=x_range, y_range=y_range,
-               tools="pan,wheel_zoom,box_zoom,reset,save", active_scroll="wheel_zoom", title=cfg.title)
-    p.image_url(url=["data:image/png;base64," + base64.b64encode(background_png).decode()],
-                x=x_range[0], y=y_range[1], w=x_range[1] - x_range[0], h=y_range[1] - y_range[0], anchor="top_left")
-    circles = p.scatter("x", "y", size="msize", source=src, fill_color="color", fill_alpha=0.45,
-                        line_color="#333333", line_alpha=0.6)
-    # Field values in tuple tooltips are inserted as text by BokehJS (no "{safe}" anywhere).
-    p.add_tools(HoverTool(renderers=[circles], tooltips=[
-        ("topic", "@label"), ("papers", "@size"), ("main field", "@main_field"), ("mean year", "@mean_year"),
-        ("interdisciplinarity (DIV)", "@inter"), ("examples", "@examples")]))
-    n_lab = min(cfg.labels_on_map, len(t))
-    big = np.argsort(-size, kind="stable")[:n_lab]
-    lab_src = ColumnDataSource({"x": [data["x"][i] for i in big], "y": [data["y"][i] for i in big],
-                                "label": [data["label"][i] for i in big]})
-    p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size="9pt",
-                          text_color="#111111", background_fill_color="white", background_fill_alpha=0.6,
-                          x_offset=4, y_offset=4))
-    p.xaxis.visible = p.yaxis.visible = False
-    p.grid.visible = False
-    select = Select(title="Colour topics by", value="c_field",
-                    options=[("c_field", "main field"), ("c_year", "mean year"), ("c_inter", "interdisciplinarity (DIV)")])
-    select.js_on_change("value", CustomJS(args={"src": src}, code="""
-        const d = Object.assign({}, src.data);
-        d.color = d[cb_obj.value];
-        src.data = d;
-    """))
-    table = DataTable(source=src, width=cfg.html_width, height=260, index_position=None, columns=[
-        TableColumn(field="label", title="topic", width=360), TableColumn(field="size", title="papers", width=70),
-        TableColumn(field="main_field", title="main field", width=200),
-        TableColumn(field="mean_year", title="mean year", width=80),
-        TableColumn(field="inter", title="interdisciplinarity (DIV)", width=110)])
-    return file_html(column(select, p, table), resources=INLINE, title=cfg.title)
 
 
 def choose_resolution(available: list[float], wanted: float) -> float:
