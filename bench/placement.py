@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -32,21 +31,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-def _job(stage: str, run: Path, *extra: str) -> tuple[dict, float, int]:
-    """Run jobs/<stage>.py as its own process: (its JSON summary, wall seconds, peak RSS bytes)."""
-    cmd = [sys.executable, "-P", str(REPO / "jobs" / f"{stage}.py"), "--run", str(run), *extra]
-    log = run / f"{stage}_bench.log"
-    t0 = time.perf_counter()
-    with open(log, "w") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-        out = p.stdout.read()
-        _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"{stage} failed; see {log}")
-    summary = json.loads(out[out.index("{"):]) if "{" in out else {}
-    return summary, wall, usage.ru_maxrss * 1024
+from render_scale import timed_job  # noqa: E402  bench/render_scale.py: a script's own folder is on its import path
 
 
 def holdout(args) -> None:
@@ -86,9 +71,9 @@ def holdout(args) -> None:
     extra = ["--config", str(cfg)] if cfg.is_file() else []
     t0 = time.perf_counter()
     for stage in ("knn", "cluster", "render"):
-        _job(stage, rest.root, *extra)
+        timed_job(stage, rest.root, *extra)
     build_s = time.perf_counter() - t0
-    s, place_s, _ = _job("place", rest.root, "--new", str(new.root), "--k", "20")
+    s, place_s, _ = timed_job("place", rest.root, "--new", str(new.root), "--k", "20")
 
     # the topic holding the majority of each held-back paper's 20 nearest map papers
     vec = open_vectors(rest)
@@ -128,7 +113,7 @@ def scale(args) -> None:
         stamp.write_text(json.dumps(want))
     for p in ("vectors", "placed"):
         shutil.rmtree(new_run / p, ignore_errors=True)
-    s, wall, peak = _job("place", map_run, "--new", str(new_run), "--k", "20")
+    s, wall, peak = timed_job("place", map_run, "--new", str(new_run), "--k", "20")
 
     # the map level the render stage drew is the generator's topics merged by 4 (render_scale LEVELS)
     from sciencemap.storage import read_table

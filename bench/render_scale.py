@@ -53,6 +53,24 @@ def write_clusters(layout, n: int, n_topics: int, seed: int = 0) -> dict[float, 
     return counts
 
 
+def timed_job(stage: str, run: Path, *extra: str) -> tuple[dict, float, int]:
+    """Run jobs/<stage>.py on `run` as its own process, stderr to <run>/<stage>_bench.log: (its JSON
+    summary, wall seconds, peak RSS bytes by os.wait4). Exits with the log's path if it fails."""
+    cmd = [sys.executable, "-P", str(REPO / "jobs" / f"{stage}.py"), "--run", str(run), *extra]
+    log = run / f"{stage}_bench.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        out = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{stage} failed; see {log}")
+    # the summary is the last top-level JSON object on stdout
+    text = out[out.rindex("\n{") + 1:] if "\n{" in out else out
+    return (json.loads(text) if text.strip() else {}), wall, usage.ru_maxrss * 1024
+
+
 def prepare(args) -> None:
     from synthetic import write_corpus  # bench/synthetic.py; a script's own folder is on its import path
 
@@ -97,18 +115,7 @@ def main() -> None:
         return
     # a lean parent: the child writes the corpus, the store and the clusters
     subprocess.run([sys.executable, __file__, "--prepare", *sys.argv[1:]], check=True)
-    cmd = [sys.executable, str(REPO / "jobs" / "render.py"), "--run", str(run), "--layout", args.layout]
-    log = run / "render_bench.log"
-    t0 = time.perf_counter()
-    with open(log, "w") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-        out = p.stdout.read()
-        _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"render failed; see {log}")
-    summary = json.loads(out[out.rindex("\n{") + 1:] if "\n{" in out else out)
-    peak = usage.ru_maxrss * 1024
+    summary, wall, peak = timed_job("render", run, "--layout", args.layout)
     raw = args.n * args.dim * 4
     print(f"\npapers {args.n:,}, dim {args.dim}, store {args.vector_dtype}, layout {args.layout}, "
           f"map resolution {summary['map_resolution']} ({summary['topics_on_map']:,} topics), "
