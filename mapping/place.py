@@ -76,8 +76,8 @@ def vote_topics(D: np.ndarray, I: np.ndarray, topic_of_row: np.ndarray) -> tuple
     new = np.ones_like(ts, bool)
     new[:, 1:] = ts[:, 1:] != ts[:, :-1]
     grp = np.cumsum(new, axis=1) - 1
-    sums = np.zeros((nq, k))
-    np.add.at(sums, (np.repeat(np.arange(nq), k), grp.ravel()), ws.ravel())
+    sums = np.bincount((np.arange(nq)[:, None] * k + grp).ravel(), weights=ws.ravel(),
+                       minlength=nq * k).reshape(nq, k)
     first_t = np.full((nq, k), -1, np.int64)
     rows, cols = np.nonzero(new)
     first_t[rows, grp[rows, cols]] = ts[rows, cols]
