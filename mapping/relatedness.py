@@ -65,3 +65,26 @@ def from_pairs(name: str, src: np.ndarray, dst: np.ndarray, a: np.ndarray, n_foc
     key = lo * n + hi
     uniq, inv = np.unique(key, return_inverse=True)
     return RelGraph(name, n_focal, n, uniq // n, uniq % n, np.bincount(inv.ravel(), weights=a), info)
+
+
+def hybrid(name: str, parts: list[tuple[RelGraph, float]]) -> RelGraph:
+    """Weighted sum of the parts' CWTS-normalised weights (weights rescaled to sum to 1) on the
+    union of their edges. Parts must share their nodes (same n_focal and n)."""
+    if not parts:
+        raise ValueError("a hybrid needs at least one part")
+    n_focal, n = parts[0][0].n_focal, parts[0][0].n
+    if any(g.n_focal != n_focal or g.n != n for g, _ in parts):
+        raise ValueError("hybrid parts must be graphs on the same nodes (extended direct citation's external "
+                         "nodes differ from graph to graph)")
+    total = float(sum(wt for _, wt in parts))
+    if not total > 0:
+        raise ValueError("hybrid weights must sum to more than 0")
+    keys, vals = [], []
+    for g, wt in parts:
+        if wt > 0:
+            keys.append(g.lo * n + g.hi)
+            vals.append(g.normalised() * (wt / total))
+    uniq, inv = np.unique(np.concatenate(keys), return_inverse=True)
+    w = np.bincount(inv.ravel(), weights=np.concatenate(vals))
+    info = {"parts": {g.name: wt / total for g, wt in parts}}
+    return RelGraph(name, n_focal, n, uniq // n, uniq % n, w.copy(), info, w=w)
