@@ -151,16 +151,18 @@ def accuracy_at(curve: dict, targets: list[float]) -> dict[float, dict]:
     return out
 
 
-def relative_accuracies(curves: dict[str, dict], n_grid: int = 50) -> dict[str, dict]:
-    """{graph: {mean, std, per_seed, g_range}}: relative accuracy of every graph against the others,
-    computed seed by seed (seed s of every graph together) over the common granularity range."""
+def relative_accuracies(curves: dict[str, dict], n_grid: int = 50, reference: list[str] | None = None) -> dict[str, dict]:
+    """{graph: {mean, std, per_seed, g_range}}: relative accuracy of every graph against the mean of
+    the `reference` graphs (default: all), computed seed by seed (seed s of every graph together)
+    over the reference graphs' common granularity range."""
     seeds = sorted(set.intersection(*[set(c["seeds"]) for c in curves.values()])) if curves else []
     per: dict[str, list[float]] = {name: [] for name in curves}
     ranges = []
     for s in seeds:
         sc = {name: _seed_curve(c["points"], s) for name, c in curves.items()}
-        ranges.append((max(G[0] for G, _ in sc.values()), min(G[-1] for G, _ in sc.values())))
-        for name, v in relative_accuracy(sc, n_grid).items():
+        ref = [r for r in (reference or sc) if r in sc]
+        ranges.append((max(sc[r][0][0] for r in ref), min(sc[r][0][-1] for r in ref)))
+        for name, v in relative_accuracy(sc, n_grid, ref).items():
             per[name].append(v)
     return {name: {"mean": float(np.mean(v)) if v else float("nan"),
                    "std": float(np.std(v, ddof=1)) if len(v) > 1 else float("nan"), "per_seed": v,

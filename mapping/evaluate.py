@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from sciencemap.config import setting
+from sciencemap.config import comma_floats, setting
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
@@ -64,6 +64,29 @@ class EvaluateConfig:
                                         "the citation graph's density gets seed + 1)")
     random_citation_graph: bool = setting(True, "also measure a random graph of the citation graph's density")
     title: str = setting("sciencemap run report", "heading of report.md")
+    # Methods compared on the same papers (mapping.compare, METHODS.md §6.2-6.4)
+    compare: bool = setting(True, "compare relatedness graphs (encoders, TF-IDF, BM25, citations, hybrids, "
+                                  "random floor, criterion ceiling) on the papers of each criterion")
+    criteria: list[str] = setting(help="criteria to compare on, where the run has them (comma-separated): "
+                                       "mesh, subjects, arxiv, keywords",
+                                  factory=lambda: ["mesh", "subjects", "arxiv", "keywords"],
+                                  parse=lambda s: [x.strip() for x in s.split(",") if x.strip()])
+    compare_k: int = setting(20, "neighbours per paper in the k-NN graphs of the comparison")
+    max_papers: int = setting(100_000, "papers per criterion at most (a seeded sample beyond; 0 = all)")
+    min_papers: int = setting(50, "criteria with fewer papers are not compared")
+    granularities: list[float] = setting(help="granularities G at which A is reported (default: N/62.5, N/25, N/12.5 "
+                                              "= 20, 50, 100 on 1,250 papers)", factory=list, parse=comma_floats)
+    sweep_points: int = setting(16, "CPM resolutions per graph in the sweep")
+    leiden_seeds: list[int] = setting(help="Leiden seeds per resolution (comma-separated)", factory=lambda: [0, 1, 2],
+                                      parse=lambda s: [int(x) for x in s.split(",") if x.strip()])
+    hybrids: list[str] = setting(help="hybrid graphs as 'name=graph:weight,graph:weight' (TOML only)", cli=False,
+                                 factory=lambda: ["encoder + BM25=encoder:0.5,bm25:0.5",
+                                                  "encoder + BM25 + DC=encoder:0.4,bm25:0.3,dc:0.3"])
+    extra_vectors: list[str] = setting(help="more encoders to compare, as 'name=path/to/run' (runs with a vector "
+                                            "store); repeat the option", factory=list, append=True,
+                                       parse=lambda s: s)
+    close_share: float = setting(0.5, "a method is flagged close to the criterion when more than this share of its "
+                                      "edges are among the criterion's own k-NN edges")
 
 
 def rows_of(ids: pa.Array | pa.ChunkedArray, vector_ids: pa.Array) -> np.ndarray:
@@ -395,13 +418,22 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
         lines.append("No clustered paper has MeSH descriptors; accuracy not computed.")
     lines.append("")
 
+    t_cmp = 0.0
+    if cfg.compare:
+        from mapping.compare import compare, compare_section
+        t3 = time.perf_counter()
+        cmp = compare(layout, cfg)
+        t_cmp = time.perf_counter() - t3
+        metrics["comparison"] = cmp
+        lines += compare_section(cmp, cfg)
+
     t2 = time.perf_counter()
     net = networks(layout, vector_ids, cfg)
     del vector_ids
     metrics["network"] = net
     t_net = time.perf_counter() - t2
     lines += network_section(net)
-    metrics["timings"] = {"mesh_s": round(t_mesh, 3), "network_s": round(t_net, 3),
+    metrics["timings"] = {"mesh_s": round(t_mesh, 3), "comparison_s": round(t_cmp, 3), "network_s": round(t_net, 3),
                           "total_s": round(time.perf_counter() - t0, 3),
                           "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),
                           "rss_end_mb": round(current_rss_mb())}

@@ -323,10 +323,11 @@ def granularity(labels: np.ndarray) -> float:
     return float(len(labels) ** 2 / (n_c ** 2).sum())
 
 
-def relative_accuracy(curves: dict[str, tuple[np.ndarray, np.ndarray]], n_grid: int = 50) -> dict[str, float]:
+def relative_accuracy(curves: dict[str, tuple[np.ndarray, np.ndarray]], n_grid: int = 50,
+                      reference: list[str] | None = None) -> dict[str, float]:
     """Seed paper Fig. 6: interpolate each method's A on a common log-spaced G grid inside the
-    overlap of all methods' G ranges, divide by the mean over methods per grid point, average.
-    `curves`: name -> (G values, A values). 1 = average method."""
+    overlap of the reference methods' G ranges, divide by the mean over the reference methods
+    (default: all) per grid point, average. `curves`: name -> (G values, A values). 1 = average method."""
     if len(curves) < 1:
         return {}
     prepared = {}
@@ -335,11 +336,12 @@ def relative_accuracy(curves: dict[str, tuple[np.ndarray, np.ndarray]], n_grid: 
         ok = np.isfinite(G) & np.isfinite(A) & (G > 0)
         order = np.argsort(G[ok])
         prepared[name] = (np.log(G[ok][order]), A[ok][order])
-    lo = max(g[0] for g, _ in prepared.values())
-    hi = min(g[-1] for g, _ in prepared.values())
+    ref = [r for r in (reference or prepared) if r in prepared]
+    lo = max(prepared[r][0][0] for r in ref)
+    hi = min(prepared[r][0][-1] for r in ref)
     if not lo <= hi:
         raise ValueError("the methods' granularity ranges do not overlap; compute curves over a wider γ grid")
     grid = np.linspace(lo, hi, n_grid) if hi > lo else np.array([lo])
     vals = {name: np.interp(grid, g, a) for name, (g, a) in prepared.items()}
-    mean = np.mean(list(vals.values()), axis=0)
+    mean = np.mean([vals[r] for r in ref], axis=0)
     return {name: float(np.mean(v / mean)) for name, v in vals.items()}
