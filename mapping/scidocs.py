@@ -46,7 +46,10 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         if len(parts) != 4:
             raise UserError(f"{path} line {n} has {len(parts)} fields; qrels lines are 'qid 0 pid rel'")
         qid, _, pid, rel = parts
-        out[qid][pid] = int(float(rel))
+        try:
+            out[qid][pid] = int(float(rel))
+        except ValueError:
+            raise UserError(f"{path} line {n}: relevance {rel!r} is not a number") from None
     return dict(out)
 
 
