@@ -194,3 +194,17 @@ def test_the_explore_notebook_runs_on_the_finished_run(finished_run, repo_root, 
     assert "direct citation" in text and "random" in text          # Table 6's columns
     assert "'placed': " in text and (run / "placed").exists()
     assert pq.read_table(run / "placed").num_rows == 10
+
+
+def test_the_report_compares_methods_on_the_pubmed_records(finished_run):
+    run, _, _ = finished_run
+    m = json.loads((run / "metrics.json").read_text())
+    mesh = m["comparison"]["mesh"]
+    assert mesh["evaluated"] == 200
+    rel = {g: d["relative_accuracy"]["mean"] for g, d in mesh["graphs"].items()}
+    assert {"encoder", "tfidf", "bm25", "random", "criterion", "encoder + BM25"} <= set(rel)
+    assert min(rel, key=rel.get) == "random" and max(rel, key=rel.get) == "criterion"
+    assert "subjects" in m["comparison"] and "skipped" in m["comparison"]["subjects"]   # 30 eLife papers < min_papers
+    assert (run / "relatedness" / "mesh.png").stat().st_size > 10_000
+    assert pq.read_table(run / "relatedness" / "curves.parquet").num_rows == 6 * 16 * 3
+    assert "## Methods compared on the same papers" in (run / "report.md").read_text()
