@@ -287,7 +287,7 @@ def citation_graphs(references, focal_ids: pa.Array, kinds=KINDS, *, edc_min_lin
             node[:n_focal] = np.arange(n_focal)
             node[ext_codes] = n_focal + np.arange(len(ext_codes))
             nc, nr = node[cit], node[ref]
-            ok = (nc >= 0) & (nr >= 0) & (fc | fr)        # relations between externals left out
+            ok = (nc >= 0) & (nr >= 0)     # (read_pairs left out the pairs between two non-focal papers)
             info.update(external_nodes=int(len(ext_codes)), external_links=int((ok & ~(fc & fr)).sum()),
                         edc_min_links=int(edc_min_links))
             g = _direct("edc", nc[ok], nr[ok], n_focal, n_focal + len(ext_codes), info)
