@@ -172,6 +172,27 @@ def _direct(name: str, cit: np.ndarray, ref: np.ndarray, n_focal: int, n: int, i
     return g
 
 
+def _cap(rows: np.ndarray, cols: np.ndarray, data: np.ndarray, k: int, n: int):
+    """The k entries of each row (0..) with the largest data, ties to the lower column; rows with
+    at most k entries are kept whole, the others sorted by one int64 key where it fits."""
+    cnt = np.bincount(rows)
+    if cnt.max() <= k:
+        return rows, cols, data
+    big = cnt[rows] > k
+    r, c, d = rows[big], cols[big], data[big].astype(np.int64)
+    dmax = int(d.max())
+    if len(cnt) * (dmax + 1) * n < 2 ** 62:
+        order = np.argsort((r * (dmax + 1) + (dmax - d)) * n + c)
+    else:
+        order = np.lexsort((c, -d, r))
+    r, c, d = r[order], c[order], d[order]
+    first = np.r_[0, np.cumsum(np.bincount(r, minlength=len(cnt)))[:-1]]
+    keep = np.arange(len(r)) - first[r] < k
+    small = ~big
+    return (np.concatenate([rows[small], r[keep]]), np.concatenate([cols[small], c[keep]]),
+            np.concatenate([data[small], d[keep].astype(data.dtype)]))
+
+
 def _top_partners(A: sp.csr_matrix, k: int, block_products: int, name: str):
     """Row i's partners j ≠ i in A A^T with their counts, at most k a row (0 = all): the largest
     counts, ties to the lower j. Returns (src, dst, count, entries before the cap)."""
@@ -197,11 +218,8 @@ def _top_partners(A: sp.csr_matrix, k: int, block_products: int, name: str):
             rows, cols, data = rows[off], cols[off], data[off]
             before += len(rows)
             if k and len(rows):
-                order = np.lexsort((cols, -data, rows))
-                rows, cols, data = rows[order], cols[order], data[order]
-                first = np.r_[0, np.cumsum(np.bincount(rows - s, minlength=e - s))[:-1]]
-                keep = np.arange(len(rows)) - first[rows - s] < k
-                rows, cols, data = rows[keep], cols[keep], data[keep]
+                rows, cols, data = _cap(rows - s, cols, data, k, n)
+                rows += s
             src.append(rows)
             dst.append(cols)
             val.append(data.astype(np.float64))
@@ -241,7 +259,7 @@ def _coupling(name: str, rows: np.ndarray, cols: np.ndarray, n_focal: int, max_c
 
 def citation_graphs(references, focal_ids: pa.Array, kinds=KINDS, *, edc_min_links: int = 2,
                     max_neighbours: int = 50, max_cited_by: int | None = None,
-                    max_references: int | None = None, block_products: int = 20_000_000,
+                    max_references: int | None = None, block_products: int = 5_000_000,
                     batch_size: int = BATCH_ROWS, chunk_rows: int | None = None,
                     **opts) -> dict[str, RelGraph]:
     """The citation relatedness graphs `kinds` (of "dc", "edc", "bc", "cc") on the papers
