@@ -267,8 +267,9 @@ def compare(layout: RunLayout, cfg) -> dict:
                 close.append("draws on the text the criterion was made from")
             if gname != CEILING and share > cfg.close_share:
                 close.append(f"{share:.0%} of its edges are among the criterion's own {cfg.compare_k}-NN edges")
+            info = {k: v for k, v in g.info.items() if k != "external_ids"}   # an Arrow array: written below
             entry["graphs"][gname] = {"edges": g.m, "nodes": g.n, "external_nodes": g.n - g.n_focal,
-                                      "info": g.info, "at": accuracy_at(curves[gname], targets),
+                                      "info": info, "at": accuracy_at(curves[gname], targets),
                                       "relative_accuracy": rel[gname], "criterion_edge_share": share,
                                       "close_to_criterion": close, "sweep_s": curves[gname]["seconds"],
                                       "resolutions": curves[gname]["resolutions"]}
@@ -276,6 +277,12 @@ def compare(layout: RunLayout, cfg) -> dict:
         ids = t.column("paper_id").combine_chunks()
         with atomic_file(out_dir / name / "papers.parquet") as tmp:
             pq.write_table(pa.table({"row": pa.array(np.arange(len(ids)), pa.int64()), "paper_id": ids}), tmp)
+        for gname, g in graphs.items():
+            ext = g.info.get("external_ids")
+            if ext is not None and len(ext):         # extended direct citation's extra nodes, rows n_focal..
+                with atomic_file(out_dir / name / f"{gname}_external_nodes.parquet") as tmp:
+                    pq.write_table(pa.table({"row": pa.array(np.arange(len(ids), len(ids) + len(ext)), pa.int64()),
+                                             "paper_id": ext}), tmp)
         plot_curves(out_dir / f"{name}.png", curves, CRITERIA[name][2], n_eval, targets)
         entry["plot"] = str((out_dir / f"{name}.png").relative_to(layout.root))
         entry["seconds"] = round(time.perf_counter() - t0, 3)
