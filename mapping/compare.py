@@ -12,8 +12,10 @@ the references table, a random 20-regular graph (floor), the criterion's own 20-
 `relatedness/<criterion>/papers.parquet`: the focal papers in row order, then the external nodes).
 Curves (mapping.curves) go to `relatedness/curves.parquet`, plots to `relatedness/<criterion>.png`.
 
-Relative accuracy is relative to the mean of the compared methods; the floor and the ceiling are
-shown against that same mean but do not enter it (they would pull it towards themselves).
+Relative accuracy is relative to the mean of the compared methods whose clusterings reach the
+whole range of reported granularities (a sparse direct-citation graph may never get coarse enough:
+its components stay apart; it then shows A where it has it and no relative accuracy); the floor
+and the ceiling are shown against that same mean but do not enter it.
 A criterion is "close" to a method when the method draws on the information the criterion was
 made from (author keywords are words of the text; MeSH descriptors and subjects are not) or
 when more than `close_share` of the method's edges are among the criterion's own 20-NN edges;
@@ -221,6 +223,18 @@ def edge_share(g: RelGraph, ceiling: RelGraph) -> float:
     return float(np.isin(key, ceiling.lo * ceiling.n + ceiling.hi).mean())
 
 
+def g_cover(curve: dict) -> tuple[float, float]:
+    """The granularities every seed's clusterings of a graph reach: (largest minimum, smallest maximum).
+    A sparse citation graph may never get coarse (its components stay apart)."""
+    los, his = [], []
+    for s in curve["seeds"]:
+        G = [p["granularity"] for p in curve["points"] if p["seed"] == s and math.isfinite(p["granularity"])]
+        if G:
+            los.append(min(G))
+            his.append(max(G))
+    return (max(los), min(his)) if los else (float("nan"), float("nan"))
+
+
 def granularity_targets(cfg, n: int) -> list[float]:
     if cfg.granularities:
         return [float(x) for x in cfg.granularities]
@@ -255,14 +269,21 @@ def compare(layout: RunLayout, cfg) -> dict:
             curves[gname] = sweep(g, crit, g_range, cfg.sweep_points, tuple(cfg.leiden_seeds), max_iterations=-1)
             for p in curves[gname]["points"]:
                 rows_all.append({"criterion": name, "graph": gname, **p})
-        methods = [g for g in graphs if g not in (FLOOR, CEILING)]
-        rel = relative_accuracies(curves, reference=methods or None)
+        cover = {g: g_cover(c) for g, c in curves.items()}
+        lo_t, hi_t = min(targets), max(targets)
+        methods = [g for g in graphs if g not in (FLOOR, CEILING) and cover[g][0] <= lo_t and cover[g][1] >= hi_t]
+        nan = {"mean": float("nan"), "std": float("nan"), "per_seed": []}
+        rel = relative_accuracies(curves, reference=methods) if methods else {g: nan for g in curves}
         ceiling = graphs[CEILING]
         entry = {"title": CRITERIA[name][2], "papers": t.num_rows, "evaluated": n_eval, **crit.info,
                  "granularities": targets, "skipped": skipped, "graphs": {}}
         for gname, g in graphs.items():
             share = edge_share(g, ceiling) if gname != CEILING else 1.0
-            close = []
+            close, notes = [], []
+            if gname not in methods and gname not in (FLOOR, CEILING):
+                rel[gname] = {**nan, "why": f"its curve covers G {cover[gname][0]:.3g}–{cover[gname][1]:.3g} only"}
+                notes.append(f"no relative accuracy: its clusterings reach G {cover[gname][0]:.3g}–{cover[gname][1]:.3g} "
+                             f"only, not {lo_t:g}–{hi_t:g}")
             if gname in SAME_SOURCE.get(name, ()):
                 close.append("draws on the text the criterion was made from")
             if gname != CEILING and share > cfg.close_share:
@@ -271,7 +292,7 @@ def compare(layout: RunLayout, cfg) -> dict:
             entry["graphs"][gname] = {"edges": g.m, "nodes": g.n, "external_nodes": g.n - g.n_focal,
                                       "info": info, "at": accuracy_at(curves[gname], targets),
                                       "relative_accuracy": rel[gname], "criterion_edge_share": share,
-                                      "close_to_criterion": close, "sweep_s": curves[gname]["seconds"],
+                                      "close_to_criterion": close, "notes": notes, "sweep_s": curves[gname]["seconds"],
                                       "resolutions": curves[gname]["resolutions"]}
             write_graph(out_dir / name / f"{gname.replace(' ', '_').replace('/', '_')}.parquet", g)
         ids = t.column("paper_id").combine_chunks()
@@ -359,7 +380,7 @@ def compare_section(cmp: dict, cfg) -> list[str]:
                      _f(ra["mean"]) + (f" ± {_f(ra['std'])}" if math.isfinite(ra.get("std", float("nan"))) else "")]
             cells += [_f(d["at"][float(x)]["mean"]) + (f" ± {_f(d['at'][float(x)]['std'])}"
                                                         if math.isfinite(d["at"][float(x)]["std"]) else "") for x in gs]
-            cells += [_f(d["criterion_edge_share"], 2), "; ".join(d["close_to_criterion"]) or ""]
+            cells += [_f(d["criterion_edge_share"], 2), "; ".join(d["close_to_criterion"] + d["notes"])]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         if e["skipped"]:

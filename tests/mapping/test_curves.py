@@ -164,3 +164,10 @@ def test_run_evaluate_compares_methods(tmp_path, make_run):
     assert (layout.root / "relatedness" / "mesh" / "encoder.parquet").exists()
     report = layout.report_md.read_text()
     assert "## Methods compared on the same papers" in report and "| random (floor) |" in report
+
+
+def test_g_cover_is_the_range_every_seed_reaches():
+    from mapping.compare import g_cover
+    pts = [{"seed": 0, "granularity": 5.0}, {"seed": 0, "granularity": 80.0},
+           {"seed": 1, "granularity": 8.0}, {"seed": 1, "granularity": 60.0}]
+    assert g_cover({"points": pts, "seeds": [0, 1]}) == (8.0, 60.0)
