@@ -323,6 +323,8 @@ def plot_curves(dest: Path, curves: dict[str, dict], title: str, n: int, targets
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=120)
+    tab20 = plt.get_cmap("tab20").colors
+    palette = iter([tab20[i] for i in (0, 2, 4, 6, 8, 10, 12, 16, 18, 1, 3, 5, 7, 9, 11, 13, 17, 19)] * 4)  # no greys
     for gname, c in curves.items():
         by_r: dict[float, list[dict]] = {}
         for p in c["points"]:
@@ -331,7 +333,8 @@ def plot_curves(dest: Path, curves: dict[str, dict], title: str, n: int, targets
         G = np.array([np.mean([p["granularity"] for p in by_r[r]]) for r in rs])
         A = [[p["accuracy"] for p in by_r[r]] for r in rs]
         ok = np.isfinite(G) & (G > 0)
-        style = {"ls": ":", "color": "grey"} if gname == FLOOR else {"ls": "--", "color": "black"} if gname == CEILING else {}
+        style = ({"ls": ":", "color": "grey"} if gname == FLOOR else {"ls": "--", "color": "black"} if gname == CEILING
+                 else {"color": next(palette)})
         line, = ax.plot(G[ok], np.array([np.mean(a) for a in A])[ok], marker=".", label=TITLES.get(gname, gname), **style)
         ax.fill_between(G[ok], np.array([min(a) for a in A])[ok], np.array([max(a) for a in A])[ok],
                         color=line.get_color(), alpha=0.15, lw=0)
