@@ -143,21 +143,44 @@ def extra_vector_stores(specs: list[str]) -> list[tuple[str, Path]]:
     for s in specs:
         name, _, path = s.partition("=")
         if not path:
-            raise UserError(f"extra_vectors entry {s!r}: write it as 'name=path/to/run' (a run with a vector store)")
+            raise UserError(f"extra_vectors entry {s!r}: write it as 'name=path' (a run with a vector store, or "
+                            "Parquet of paper_id, vector rows)")
         out.append((name.strip(), Path(path.strip())))
     return out
 
 
-def encoder_graph(where, ids: pa.Array, k: int, name: str) -> tuple[RelGraph | None, int]:
-    """k-NN graph of the focal papers' vectors in a vector store (papers without a vector: isolated)."""
+def focal_vectors(where, ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of the focal papers that have a vector, their vectors as float32 rows) from a
+    run's vector store, or from a Parquet file / folder of (paper_id, vector) rows — vectors made
+    anywhere (SPECTER2, SciNCL, ...) as the embed stage writes them."""
     from mapping.evaluate import rows_of
 
-    vec = open_vectors(where)
+    where = where.root if isinstance(where, RunLayout) else Path(where)
+    if where.suffix == ".parquet" or (where.is_dir() and not (where / "vectors").exists()
+                                      and not (where / "embeddings").exists() and any(where.glob("*.parquet"))):
+        t = dataset(where).to_table(columns=["paper_id", "vector"], filter=pc.field("paper_id").isin(ids))
+        if t.num_rows == 0:
+            return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
+        pos = rows_of(t.column("paper_id"), ids)
+        pos, first = np.unique(pos, return_index=True)        # a repeated id: its first vector
+        vec = t.column("vector").combine_chunks()
+        lengths = pc.list_value_length(vec).to_numpy(zero_copy_only=False)
+        if len(set(lengths.tolist())) != 1:
+            raise UserError(f"{where}: the vectors have different lengths ({sorted(set(lengths.tolist()))[:5]})")
+        X = pc.list_flatten(vec).to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, int(lengths[0]))
+        return pos, X[first]
+    vec = open_vectors(RunLayout(where))
     rows = rows_of(ids, vec.ids_arrow())
     have = np.flatnonzero(rows >= 0)
+    return have, take_rows(vec.X, rows[have])
+
+
+def encoder_graph(where, ids: pa.Array, k: int, name: str) -> tuple[RelGraph | None, int]:
+    """k-NN graph of the focal papers' vectors (papers without a vector: isolated nodes)."""
+    have, X = focal_vectors(where, ids)
     if len(have) < 2:
         return None, int(len(have))
-    g = vector_graph(take_rows(vec.X, rows[have]), k, name)
+    g = vector_graph(X, k, name)
     return RelGraph(name, len(ids), len(ids), have[g.lo], have[g.hi], g.a, {**g.info, "papers_with_vector": int(len(have))}), int(len(have))
 
 

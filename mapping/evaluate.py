@@ -82,8 +82,8 @@ class EvaluateConfig:
     hybrids: list[str] = setting(help="hybrid graphs as 'name=graph:weight,graph:weight' (TOML only)", cli=False,
                                  factory=lambda: ["encoder + BM25=encoder:0.5,bm25:0.5",
                                                   "encoder + BM25 + DC=encoder:0.4,bm25:0.3,dc:0.3"])
-    extra_vectors: list[str] = setting(help="more encoders to compare, as 'name=path/to/run' (runs with a vector "
-                                            "store); repeat the option", factory=list, append=True,
+    extra_vectors: list[str] = setting(help="more encoders to compare, as 'name=path': a run with a vector store, "
+                                            "or Parquet of (paper_id, vector) rows; repeat the option", factory=list, append=True,
                                        parse=lambda s: s)
     close_share: float = setting(0.5, "a method is flagged close to the criterion when more than this share of its "
                                       "edges are among the criterion's own k-NN edges")

@@ -171,3 +171,18 @@ def test_g_cover_is_the_range_every_seed_reaches():
     pts = [{"seed": 0, "granularity": 5.0}, {"seed": 0, "granularity": 80.0},
            {"seed": 1, "granularity": 8.0}, {"seed": 1, "granularity": 60.0}]
     assert g_cover({"points": pts, "seeds": [0, 1]}) == (8.0, 60.0)
+
+
+def test_extra_encoders_from_a_parquet_of_vectors(tmp_path, make_run, clustered_vectors):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from mapping.compare import focal_vectors
+
+    ids = pa.array(["p3", "p1", "p2", "p9"])
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    pq.write_table(pa.table({"paper_id": ["p1", "p2", "p3", "p1", "zz"],
+                             "vector": [X[0].tolist(), X[1].tolist(), X[2].tolist(), X[3].tolist(), [0.0, 0, 0]]}),
+                   tmp_path / "v.parquet")
+    pos, V = focal_vectors(tmp_path / "v.parquet", ids)
+    assert pos.tolist() == [0, 1, 2]                 # p3, p1, p2 in focal order; p9 has none
+    assert np.array_equal(V, X[[2, 0, 1]])           # p1's first vector, not its repeat
