@@ -15,9 +15,10 @@ display-channel group, a heading made only of article-type words is left out.
 keywords = the <kwd> elements of article-meta's author kwd-groups (author_keywords): groups typed
 as author keywords ("author-keywords", "author", "author-generated") or untyped (most PMC
 journals), in the article's language (a group's xml:lang, else the article's; "en" by default as
-in the JATS DTD). Other groups are left out, eLife's "research-organism" ("Mouse", "Other") above all: like MeSH's organism
-check tags, it says what was studied on, not what about. Inline markup is flattened and
-whitespace collapsed as for titles; each keyword once (case-insensitively), as written.
+in the JATS DTD). Other groups are left out, eLife's "research-organism" ("Mouse", "Other")
+above all: like MeSH's organism check tags, it says what was studied on, not what about. Inline
+markup is flattened and whitespace collapsed as for titles; each keyword once (case-insensitively),
+as written.
 """
 from __future__ import annotations
 
