@@ -96,7 +96,8 @@ def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Genera
         "authors": pa.nulls(n, SCHEMAS["papers"].field("authors").type),
         "author_keys": pa.nulls(n, SCHEMAS["papers"].field("author_keys").type),
         "orcid_author_keys": pa.nulls(n, SCHEMAS["papers"].field("orcid_author_keys").type),
-        "year": pa.array(year), "venue": null_str, "fields": fields, "mesh": mesh,
+        "year": pa.array(year), "venue": null_str, "fields": fields,
+        "keywords": pa.nulls(n, SCHEMAS["papers"].field("keywords").type), "mesh": mesh,
         "source": pa.array(np.where(has, "pubmed", "generated"), pa.string()),
         "has_fulltext": pa.array(np.ones(n, bool)), "source_file": pa.array(np.full(n, "generated"), pa.string()),
     }

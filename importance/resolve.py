@@ -75,5 +75,6 @@ def title_only_papers(unresolved: DataFrame) -> DataFrame:
         F.min_by("title_norm", order).alias("title_norm"),
     ).select(F.col("cited_id").alias("paper_id"), "title", F.lit(None).cast("string").alias("abstract"),
              "authors", "year", F.lit(None).cast("string").alias("venue"),
-             F.array().cast("array<string>").alias("fields"), F.lit(None).alias("mesh"), "source",
+             F.array().cast("array<string>").alias("fields"), F.array().cast("array<string>").alias("keywords"),
+             F.lit(None).alias("mesh"), "source",
              F.lit(False).alias("has_fulltext"), F.lit(None).cast("string").alias("source_file"), "title_norm")

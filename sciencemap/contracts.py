@@ -20,6 +20,9 @@ AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", p
 # author_keys, orcid_author_keys (papers, references): normalised author identities derived from
 # `authors` once at ingest ("#<orcid>" or "family|i"; importance.authors explains the pair), so the
 # importance job's self-citation feature is set intersections instead of name normalisation.
+# keywords (papers): the paper's author keywords as written (JATS author kwd-groups, MEDLINE
+# KeywordList / OT), each once (case-insensitively), in order; an empty list where the format has
+# none (METHODS.md §5.7). fields are the subject areas; keywords and mesh the finer topics.
 # entry_shares_author (references): the entry's own author list shares an author with its citing
 # paper, decided once at ingest where both lists are in hand; the importance job re-decides S only
 # for references resolved to a full-text corpus paper (whose author list then counts).
@@ -38,7 +41,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("authors", pa.list_(AUTHOR)), ("author_keys", pa.list_(pa.string())),
         ("orcid_author_keys", pa.list_(pa.string())),
         ("year", pa.int32()), ("venue", pa.string()),
-        ("fields", pa.list_(pa.string())), ("mesh", pa.list_(MESH)),
+        ("fields", pa.list_(pa.string())), ("keywords", pa.list_(pa.string())), ("mesh", pa.list_(MESH)),
         ("source", pa.string()), ("has_fulltext", pa.bool_()), ("source_file", pa.string()),
     ]),
     # One row per entry of a citing paper's reference list.

@@ -108,8 +108,8 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract,
         "authors": [], "year": acl_year(pid), "venue": VENUES.get(pid[:1].upper(), "ACL Anthology") if acl_year(pid)
-        else None, "fields": [FIELD], "mesh": [], "source": source, "has_fulltext": True, "source_file": path,
-        "ord": 0, "title_norm": norm_title(title), "alt_ids": [paper_id]})]
+        else None, "fields": [FIELD], "keywords": [], "mesh": [], "source": source, "has_fulltext": True,
+        "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": [paper_id]})]
     sentences, by_sid = section_sentences(root, paper_id, path)
     out += sentences
     if kind == "Citance_XML" and rp:

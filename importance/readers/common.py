@@ -60,6 +60,19 @@ def clean_ws(text: str | None) -> str | None:
     return text or None
 
 
+def keyword_list(values) -> list[str]:
+    """papers.keywords from raw keyword strings: whitespace collapsed and stripped, case kept as
+    written, empty ones dropped, each keyword once (compared case-insensitively: the first spelling
+    stays), in order."""
+    out, seen = [], set()
+    for v in values:
+        k = clean_ws(v)
+        if k and k.casefold() not in seen:
+            seen.add(k.casefold())
+            out.append(k)
+    return out
+
+
 def strip_accents(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
 

@@ -11,6 +11,14 @@ groups typed as subjects or disciplines (PLOS "Discipline-v2": their own top-lev
 "A/B" path cut to "A"), and "heading" groups, which eLife uses for its subject areas (its article
 type is in "display-channel") but PMC journals mostly for the type ("Research Article"): without a
 display-channel group, a heading made only of article-type words is left out.
+
+keywords = the <kwd> elements of article-meta's author kwd-groups (author_keywords): groups typed
+as author keywords ("author-keywords", "author", "author-generated") or untyped (most PMC
+journals), in the article's language (a group's xml:lang, else the article's; "en" by default as
+in the JATS DTD). Other groups are left out, eLife's "research-organism" ("Mouse", "Other")
+above all: like MeSH's organism check tags, it says what was studied on, not what about. Inline
+markup is flattened and whitespace collapsed as for titles; each keyword once (case-insensitively),
+as written.
 """
 from __future__ import annotations
 
@@ -19,10 +27,12 @@ import re
 from lxml import etree
 
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
-                                       norm_doi, norm_title, parse_year)
+                                       keyword_list, norm_doi, norm_title, parse_year)
 from importance.sections import classify_section
 
 _STRICT = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
+AUTHOR_KWD_GROUP_TYPES = re.compile(r"^author([-_ ]?(keywords?|generated))?$", re.I)
+XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 SUBJECT_GROUP_TYPES = re.compile(r"^(subject|subjects|subject-area|discipline(-v\d+)?)$", re.I)
 # Words of article-type headings ("Research Article", "Original Articles", "Letter to the Editor",
 # "Case Report", "Mini-Review"); a heading with any other word ("Epidemiology") is a subject.
@@ -93,6 +103,21 @@ def subject_fields(meta) -> list[str]:
     return out
 
 
+def author_keywords(meta, lang: str | None = None) -> list[str]:
+    """The article's author keywords (module docstring); `lang` is the article's xml:lang."""
+    lang = (lang or "en").lower().split("-")[0]
+    values = []
+    for g in meta.findall("kwd-group"):
+        kind = (g.get("kwd-group-type") or "").strip()
+        if kind and not AUTHOR_KWD_GROUP_TYPES.match(kind):
+            continue
+        glang = g.get(XML_LANG)
+        if glang and glang.strip().lower().split("-")[0] != lang:
+            continue
+        values += [_text(k) for k in g.findall("kwd")]
+    return keyword_list(values)
+
+
 def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     data = decompress(path, data)
     root = parse_xml(data, "article")
@@ -148,10 +173,11 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     venue = _text(root.find("front/journal-meta/journal-title-group/journal-title")) or \
         _text(root.find("front/journal-meta/journal-title"))
     fields = subject_fields(meta)
+    keywords = author_keywords(meta, root.get(XML_LANG))
 
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": authors, "year": year,
-        "venue": venue, "fields": fields, "mesh": [], "source": source, "has_fulltext": True,
+        "venue": venue, "fields": fields, "keywords": keywords, "mesh": [], "source": source, "has_fulltext": True,
         "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": alt_ids})]
 
     seen = set()

@@ -6,7 +6,9 @@ has_fulltext false): TI title, AB abstract, FAU "Family, Given" (else AU "Family
 collective family name; AUID "ORCID: ..." attaches to the author before it), DP year, JT venue
 (else TA), MH MeSH "Descriptor/qualifier/*qualifier" with "*" marking a major topic on the
 descriptor or a qualifier (ui null, tree_numbers empty), fields = the MeSH categories of the major
-descriptors (importance.fields.mesh_fields, by name), AID/LID "... [doi]" as an alternative id.
+descriptors (importance.fields.mesh_fields, by name), keywords = the OT (other term) lines, each
+once, as written (readers.common.keyword_list; OTO names their owner, not read), AID/LID
+"... [doi]" as an alternative id.
 A block without PMID is rejected.
 """
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import re
 
 from importance.fields import mesh_fields
-from importance.readers.common import PAPER, BadRecord, author, clean_ws, decompress, norm_doi, norm_title, parse_year, reject
+from importance.readers.common import (PAPER, BadRecord, author, clean_ws, decompress, keyword_list, norm_doi,
+                                       norm_title, parse_year, reject)
 
 _FIELD = re.compile(r"^([A-Z][A-Z0-9 ]{1,3})\s*- ?(.*)$")
 
@@ -95,6 +98,7 @@ def _record(fields, path, source, n, lineno):
     return PAPER, {
         "paper_id": paper_id, "title": title, "abstract": clean_ws(first.get("AB")), "authors": authors,
         "year": parse_year(first.get("DP")), "venue": clean_ws(first.get("JT") or first.get("TA")),
-        "fields": mesh_fields(mesh), "mesh": mesh, "source": source,
-        "has_fulltext": False, "source_file": path, "ord": n, "title_norm": norm_title(title),
+        "fields": mesh_fields(mesh), "keywords": keyword_list(v for t, v in fields if t == "OT"),
+        "mesh": mesh, "source": source, "has_fulltext": False, "source_file": path, "ord": n,
+        "title_norm": norm_title(title),
         "alt_ids": sorted({paper_id} | ({f"doi:{doi}"} if doi else set()))}

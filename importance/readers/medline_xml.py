@@ -6,7 +6,9 @@ Label kept as "LABEL: text"), authors (LastName + ForeName/Initials, CollectiveN
 ORCID from Identifier[@Source="ORCID"]), year (PubDate Year, else MedlineDate, else ArticleDate),
 venue (Journal/Title), MeSH {ui, name, major, tree_numbers=[]} where major = MajorTopicYN="Y" on the
 descriptor or on any of its qualifiers, and fields = the MeSH categories of the major descriptors
-(importance.fields.mesh_fields, by UI). A record without PMID is rejected.
+(importance.fields.mesh_fields, by UI), keywords = the Keyword elements of every KeywordList
+(Owner NOTNLM: the authors'; NLM, KIE, NASA...: indexers'), each once, as written (readers.common.
+keyword_list). A record without PMID is rejected.
 
 The file is parsed as a stream (lxml iterparse over a gunzip stream) and each record is cleared
 once read, so parser memory stays flat as files grow. A file that breaks off mid-way keeps the
@@ -18,8 +20,8 @@ from __future__ import annotations
 from lxml import etree
 
 from importance.fields import mesh_fields
-from importance.readers.common import (PAPER, BadRecord, author, clean_ws, norm_doi, norm_title, open_stream,
-                                       parse_year, reject)
+from importance.readers.common import (PAPER, BadRecord, author, clean_ws, keyword_list, norm_doi, norm_title,
+                                       open_stream, parse_year, reject)
 
 RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
 
@@ -113,5 +115,6 @@ def _record(cit, wrapper, path: str, source: str, n: int):
     alt_ids = sorted({paper_id} | ({f"doi:{doi}"} if doi else set()))
     return PAPER, {
         "paper_id": paper_id, "title": title, "abstract": clean_ws(" ".join(parts)), "authors": authors,
-        "year": year, "venue": venue, "fields": mesh_fields(mesh), "mesh": mesh, "source": source,
+        "year": year, "venue": venue, "fields": mesh_fields(mesh),
+        "keywords": keyword_list(_text(k) for k in cit.findall("KeywordList/Keyword")), "mesh": mesh, "source": source,
         "has_fulltext": False, "source_file": path, "ord": n, "title_norm": norm_title(title), "alt_ids": alt_ids}

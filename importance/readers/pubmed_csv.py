@@ -67,7 +67,8 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
         title = clean_ws(row.get("Title"))
         out.append((PAPER, {
             "paper_id": f"pmid:{pmid}", "title": title, "abstract": clean_ws(row.get("abstractText")),
-            "authors": [], "year": None, "venue": None, "fields": mesh_fields(mesh), "mesh": mesh, "source": source,
+            "authors": [], "year": None, "venue": None, "fields": mesh_fields(mesh), "keywords": [], "mesh": mesh,
+            "source": source,
             "has_fulltext": False, "source_file": path, "ord": i, "title_norm": norm_title(title),
             "alt_ids": [f"pmid:{pmid}"]}))
     if not out:

@@ -157,7 +157,8 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
     venue = clean_ws(meta.get("journal-ref") or meta.get("venue") or meta.get("journal")) or ("arXiv" if arxiv else None)
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": _authors(meta),
-        "year": _paper_year(meta, arxiv), "venue": venue, "fields": fields, "mesh": [], "source": source,
+        "year": _paper_year(meta, arxiv), "venue": venue, "fields": fields, "keywords": [], "mesh": [],
+        "source": source,
         "has_fulltext": True, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
         "alt_ids": alt_ids})]
     out += [reject(path, paper_id, f"unknown arXiv category {c!r} (not in importance/data/arxiv_archives.tsv): "

@@ -91,7 +91,7 @@ def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[st
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": html.unescape(title), "abstract": abstract, "authors": [],
         "year": acl_year(acl), "venue": VENUES.get(acl[0].upper(), "ACL Anthology"), "fields": [FIELD],
-        "mesh": [], "source": source, "has_fulltext": True, "source_file": path, "ord": 0,
+        "keywords": [], "mesh": [], "source": source, "has_fulltext": True, "source_file": path, "ord": 0,
         "title_norm": norm_title(title), "alt_ids": [paper_id]})]
     sentences, _ = section_sentences(root, paper_id, path)
     return out + sentences

@@ -67,6 +67,15 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     papers = pq.read_table(layout.table("papers")).to_pandas()
     med = papers[papers.paper_id == "pmid:29768149"].iloc[0]
     assert med.source == "medline" and not med.has_fulltext and len(med.mesh) == 23
+    # keywords through Spark: the readers' lists (MEDLINE KeywordList and OT, JATS untyped kwd-group);
+    # [] where a format or a title-only paper has none, never null (like fields).
+    kw = dict(zip(papers.paper_id, papers.keywords.map(list)))
+    assert kw["pmid:36400559"] == ["Back pain", "Diagnosis", "Management", "Outpatient"]
+    assert kw["pmid:27435341"] == ["Complex networks", "link prediction", "literature-based discovery",
+                                   "network analysis"]
+    assert kw["doi:10.1289/ehp.11570"][:3] == ["basic transcription element-binding protein", "brain",
+                                               "endocrine disruption"] and kw["pmid:29768149"] == []
+    assert papers.keywords.notna().all() and (~papers.has_fulltext & papers.source_file.isna()).sum() > 0
     assert per["unarxive"]["references_resolved"] >= 1
 
 

@@ -57,7 +57,7 @@ def _make_run(root, n_clusters=6, per=40, dim=32, noise=0.3, seed=0, evil_title=
                     {"ui": None, "name": f"Topic{c}child", "major": False, "tree_numbers": [f"A{c:02d}.001.{i % 2}"]},
                     {"ui": None, "name": "Humans", "major": False, "tree_numbers": ["B01.050"]}]
         rows.append({"paper_id": ids[i], "title": title, "abstract": None, "authors": [], "year": int(2000 + c + rng.integers(0, 3)),
-                     "venue": None, "fields": [f"Field{c % 4}"] + ([f"Field{(c + 1) % 4}"] if i % 5 == 0 else []),
+                     "venue": None, "fields": [f"Field{c % 4}"] + ([f"Field{(c + 1) % 4}"] if i % 5 == 0 else []), "keywords": [],
                      "mesh": mesh, "source": src, "has_fulltext": True,
                      # every 7th paper is known only as a cited title (no record file of its own)
                      "source_file": None if i % 7 == 6 else f"{src}/{i}.xml"})

@@ -93,7 +93,8 @@ def test_wheel_runs_importance_under_spark_submit_like_the_checkout(spark, repo_
     where = subprocess.run(
         [str(py), "-c", "import importance, sciencemap, jobs.importance, pyspark; "
          "print(importance.__file__); print(sciencemap.__file__); print(jobs.importance.__file__); print(pyspark.__file__)"],
-        cwd=elsewhere, check=True, capture_output=True, text=True).stdout.split()
+        cwd=elsewhere, check=True, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}).stdout.split()  # a checkout on it would win
     assert all(Path(f).is_relative_to(site) for f in where[:3]), where
     assert not Path(where[3]).is_relative_to(site)  # pyspark is borrowed
     installed_job = site / "jobs" / "importance.py"
