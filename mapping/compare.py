@@ -246,6 +246,30 @@ def edge_share(g: RelGraph, ceiling: RelGraph) -> float:
     return float(np.isin(key, ceiling.lo * ceiling.n + ceiling.hi).mean())
 
 
+def sweep_all(graphs: dict[str, RelGraph], crit: Criterion, g_range: tuple[float, float], cfg) -> dict[str, dict]:
+    """Every graph's curve; graphs in parallel worker processes (`compare_workers`, 0 = one per core,
+    at most one per graph). Leiden runs until an iteration changes nothing on graphs below
+    `compare_stable_below` edges, else at most the cluster stage's iteration cap (a random graph of
+    200k edges otherwise takes dozens of iterations at every resolution)."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from mapping.cluster import DEFAULT_MAX_ITERATIONS
+
+    def iters(g: RelGraph) -> int:
+        return -1 if g.m < cfg.compare_stable_below else DEFAULT_MAX_ITERATIONS
+
+    args = {n: (g, crit, g_range, cfg.sweep_points, tuple(cfg.leiden_seeds), None, iters(g)) for n, g in graphs.items()}
+    workers = min(len(graphs), cfg.compare_workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return {n: sweep(*a) for n, a in args.items()}
+    # forkserver: the workers do not inherit this process's threads (FAISS's OpenMP pool)
+    with ProcessPoolExecutor(workers, mp_context=get_context("forkserver")) as pool:
+        futures = {n: pool.submit(sweep, *a) for n, a in args.items()}
+        return {n: f.result() for n, f in futures.items()}
+
+
 def g_cover(curve: dict) -> tuple[float, float]:
     """The granularities every seed's clusterings of a graph reach: (largest minimum, smallest maximum).
     A sparse citation graph may never get coarse (its components stay apart)."""
@@ -287,9 +311,8 @@ def compare(layout: RunLayout, cfg) -> dict:
         n_eval = len(crit.rows)
         targets = granularity_targets(cfg, n_eval)
         g_range = (min(targets) / 2.0, min(max(targets) * 2.0, n_eval / 2.0))
-        curves = {}
-        for gname, g in graphs.items():
-            curves[gname] = sweep(g, crit, g_range, cfg.sweep_points, tuple(cfg.leiden_seeds), max_iterations=-1)
+        curves = sweep_all(graphs, crit, g_range, cfg)
+        for gname in graphs:
             for p in curves[gname]["points"]:
                 rows_all.append({"criterion": name, "graph": gname, **p})
         cover = {g: g_cover(c) for g, c in curves.items()}

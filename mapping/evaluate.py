@@ -85,6 +85,9 @@ class EvaluateConfig:
     extra_vectors: list[str] = setting(help="more encoders to compare, as 'name=path': a run with a vector store, "
                                             "or Parquet of (paper_id, vector) rows; repeat the option", factory=list, append=True,
                                        parse=lambda s: s)
+    compare_workers: int = setting(0, "processes sweeping the graphs in parallel (0 = one per core, at most one per graph)")
+    compare_stable_below: int = setting(200_000, "graphs with fewer edges run Leiden until stable in the sweep; larger "
+                                                 "ones at most the cluster stage's iteration cap")
     close_share: float = setting(0.5, "a method is flagged close to the criterion when more than this share of its "
                                       "edges are among the criterion's own k-NN edges")
 
