@@ -451,3 +451,68 @@ def scirepeval_table(root: str | Path, emb: Mapping[str, np.ndarray], tasks: tup
     if not table:
         raise UserError(f"{root} holds no SciRepEval task folder ({', '.join(tasks or SCIREPEVAL_TASKS)})")
     return table
+
+
+# ---------------------------------------------------------------- command
+
+SUITES = {"scidocs": scidocs_table, "csfcube": csfcube_table, "relish": relish_table, "scirepeval": scirepeval_table}
+
+
+def load_embeddings(path: str | Path) -> dict[str, np.ndarray]:
+    """{paper_id: vector} from SciDocs embeddings JSONL, Parquet of (paper_id, vector) rows, or a
+    run directory's vector store."""
+    from mapping.scidocs import read_embeddings_jsonl
+    from sciencemap.storage import dataset
+    from sciencemap.vectors import open_vectors
+
+    p = Path(path)
+    if p.is_file() and p.suffix in (".jsonl", ".json"):
+        return read_embeddings_jsonl(p)
+    if p.is_dir() and ((p / "vectors").exists() or (p / "embeddings").exists()):
+        v = open_vectors(p)
+        return dict(zip(v.ids().tolist(), np.asarray(v.X, np.float32)))
+    if p.suffix == ".parquet" or p.is_dir():
+        t = dataset(p).to_table(columns=["paper_id", "vector"])
+        return {pid: np.asarray(vec, np.float32) for pid, vec in zip(t.column("paper_id").to_pylist(),
+                                                                      t.column("vector").to_pylist())}
+    raise UserError(f"{p}: give embeddings JSONL, Parquet of paper_id + vector, or a run directory")
+
+
+def _flat(table: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
+    rows = []
+    for k, v in table.items():
+        if isinstance(v, Mapping):
+            rows += _flat(v, f"{prefix}{k} ")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            rows.append((f"{prefix}{k}".strip(), v))
+    return rows
+
+
+def run_benchmark(argv: list[str] | None, prog: str | None = None) -> dict:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description="A benchmark's own table from its official release files "
+                                 "and your vectors (METHODS.md §7.1).")
+    ap.add_argument("--suite", required=True, choices=sorted(SUITES))
+    ap.add_argument("--data", required=True, help="the release folder (RELISH: its annotation JSON file)")
+    ap.add_argument("--vectors", required=True, help="embeddings JSONL, Parquet of paper_id + vector, or a run directory")
+    ap.add_argument("--split", default="test", help="scidocs / csfcube: test or val/dev")
+    ap.add_argument("--json", action="store_true", help="print the table as JSON")
+    a = ap.parse_args(argv)
+    emb = load_embeddings(a.vectors)
+    fn = SUITES[a.suite]
+    table = fn(a.data, emb) if a.suite in ("relish", "scirepeval") else fn(a.data, emb, split=a.split)
+    if a.json:
+        print(json.dumps(table, indent=2, default=str))
+    else:
+        print(f"{a.suite} ({len(emb):,} vectors)")
+        for k, v in _flat(table):
+            print(f"  {k:<40} {v:.4f}" if isinstance(v, float) else f"  {k:<40} {v}")
+    return table
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """`sciencemap benchmark`: exit code (a UserError is one line, exit code 2)."""
+    from sciencemap.cli import command_main
+
+    return command_main(lambda a: run_benchmark(a, prog), argv)

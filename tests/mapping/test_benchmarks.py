@@ -205,3 +205,23 @@ def test_scirepeval_table_and_readers(tmp_path):
         read_scirepeval_metadata(_write(tmp_path / "m2.jsonl", json.dumps({"title": "no id"}) + "\n"))
     with pytest.raises(UserError, match="unknown SciRepEval task"):
         scirepeval_table(tmp_path, emb, tasks=("nope",))
+
+
+def test_the_benchmark_command_reads_scidocs_jsonl_vectors(tmp_path, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mapping.scidocs import write_embeddings_jsonl
+
+    emb = _on_axis(q1=0, a=1, b=2, c=3)
+    _write(tmp_path / "data/cite/test.qrel", "q1 0 a 0\nq1 0 b 0\nq1 0 c 1\n")     # the relevant c ranks 3rd
+    write_embeddings_jsonl(tmp_path / "emb.jsonl", list(emb), np.stack(list(emb.values())))
+    repo = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "jobs/benchmark.py", "--suite", "scidocs", "--data", str(tmp_path / "data"),
+                        "--vectors", str(tmp_path / "emb.jsonl"), "--json"], cwd=repo, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["cite"]["map"] == pytest.approx(1 / 3)
+    bad = subprocess.run([sys.executable, "jobs/benchmark.py", "--suite", "scidocs", "--data", str(tmp_path),
+                          "--vectors", str(tmp_path / "missing.txt")], cwd=repo, capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
