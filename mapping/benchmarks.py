@@ -127,37 +127,31 @@ def read_scidocs_metadata(path: str | Path) -> dict[str, dict]:
     return out
 
 
-def read_scidocs_labels(path: str | Path) -> list[tuple[str, str]]:
-    """A MAG / MeSH CSV (header, then `paper_id,class_label` rows) -> [(pid, label)]."""
+def _csv_rows(path: str | Path, fields: int, shape: str) -> Iterator[tuple[int, Path, list[str]]]:
+    """(line number, path, row) of a CSV after its header, blank rows skipped; a row of another
+    width is an error that names the expected `shape`."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path} not found")
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.reader(f))
-    out = []
     for n, row in enumerate(rows[1:], 2):
         if not row:
             continue
-        if len(row) != 2:
-            raise UserError(f"{path} line {n} has {len(row)} fields; rows are 'paper_id,class_label'")
-        out.append((row[0], row[1]))
-    return out
+        if len(row) != fields:
+            raise UserError(f"{path} line {n} has {len(row)} fields; rows are {shape}")
+        yield n, path, row
+
+
+def read_scidocs_labels(path: str | Path) -> list[tuple[str, str]]:
+    """A MAG / MeSH CSV (header, then `paper_id,class_label` rows) -> [(pid, label)]."""
+    return [(row[0], row[1]) for _, _, row in _csv_rows(path, 2, "'paper_id,class_label'")]
 
 
 def read_scidocs_clicks(path: str | Path) -> list[tuple[str, str, list[str]]]:
     """A recomm CSV (header, then `query_id,clicked_id,"shown ids"`) -> [(query, clicked, shown)]."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path} not found")
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f))
     out = []
-    for n, row in enumerate(rows[1:], 2):
-        if not row:
-            continue
-        if len(row) != 3:
-            raise UserError(f"{path} line {n} has {len(row)} fields; rows are "
-                            "'query_id,clicked_id,\"shown ids, comma-separated\"'")
+    for n, path, row in _csv_rows(path, 3, "'query_id,clicked_id,\"shown ids, comma-separated\"'"):
         shown = [s.strip() for s in row[2].split(",") if s.strip()]
         if row[1] not in shown:
             raise UserError(f"{path} line {n}: the clicked paper {row[1]} is not among the shown ones")
