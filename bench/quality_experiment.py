@@ -62,6 +62,7 @@ from encoders.objectives.triplet import DEFAULT_MARGIN
 from sciencemap.contracts import SPLIT_VAL
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table, write_json_atomic, write_text_atomic
+from sciencemap.text import clean_text
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout this script lies in (sample/, ../shared/data)
 
@@ -246,7 +247,7 @@ def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") 
 # ---------------------------------------------------------------- evaluation sets
 
 def _has_text(title, abstract) -> bool:
-    return bool((title or "").strip() or (abstract or "").strip())
+    return bool(clean_text(title) or clean_text(abstract))   # None, NaN (pandas 3) and blanks are no text
 
 
 def build_eval_sets(args, out: Path) -> dict:
@@ -367,7 +368,7 @@ def graph_curve(args, graph, crit) -> dict:
 
 
 def pubmed_texts(pm: pd.DataFrame) -> list[str]:
-    return [f"{t or ''} {a or ''}" for t, a in zip(pm.title, pm.abstract)]
+    return [f"{clean_text(t)} {clean_text(a)}".strip() for t, a in zip(pm.title, pm.abstract)]
 
 
 def bm25_pubmed(pm: pd.DataFrame):
