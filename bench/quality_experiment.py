@@ -744,7 +744,7 @@ def main() -> None:
             t = time.time()
             if h == 2 and bm25 is None:
                 bm25 = bm25_pubmed(ev["pubmed"])
-            per_model[name] = evaluate_model(args, spec, ev, crit, cosine=trained_on_cosine(objective),
+            per_model[name] = evaluate_model(args, spec, ev, crit, cosine=objective is not None and trained_on_cosine(objective),
                                              hybrid_with=bm25 if h == 2 else None)
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
