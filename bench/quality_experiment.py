@@ -511,7 +511,10 @@ def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, lis
     fig, ax = plt.subplots(figsize=(8, 5.5))
     lo, hi = args.g_range
     grid = np.exp(np.linspace(np.log(lo * 0.8), np.log(hi * 1.25), 60))
-    for label, names in groups.items():
+    cmap = plt.get_cmap("tab20")
+    for i, (label, names) in enumerate(groups.items()):
+        colour = cmap((2 * i) % 20 + (i // 10) % 2)   # ten dark hues, then their light ones
+        style = "--" if label.endswith(("(baseline)", "(floor)", "(ceiling)")) else "-." if "hybrid" in label else "-"
         per = [[accuracy_at({"points": curves[n]["points"], "seeds": [s]}, grid.tolist())[float(g)]["mean"]
                 for g in grid] for n in names if n in curves for s in curves[n]["seeds"]]
         if not per:
@@ -520,8 +523,8 @@ def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, lis
         ok = np.isfinite(A).any(axis=0)
         with np.errstate(all="ignore"):
             mean, amin, amax = np.nanmean(A[:, ok], 0), np.nanmin(A[:, ok], 0), np.nanmax(A[:, ok], 0)
-        line, = ax.plot(grid[ok], mean, label=label, lw=1.6)
-        ax.fill_between(grid[ok], amin, amax, color=line.get_color(), alpha=0.2, lw=0)
+        ax.plot(grid[ok], mean, label=label, lw=1.6, color=colour, ls=style)
+        ax.fill_between(grid[ok], amin, amax, color=colour, alpha=0.2, lw=0)
     for g in args.granularities:
         ax.axvline(g, color="0.8", lw=0.8, zorder=0)
     ax.set_xscale("log")
