@@ -23,15 +23,21 @@ Steps (each cached in --out, so a re-run resumes):
        full-text papers (eLife->eLife, ACL->ACL) with full-text negatives.
    (b) eLife subject classification: first heading subject, classes with >= 10 papers, LinearSVC
        with C in 1e-4..1e2 by 3-fold CV, macro-F1.
-   (c) MeSH clustering on the PubMed records: exact 20-NN cosine graph, CWTS-normalised weights,
-       Leiden CPM at several resolutions, accuracy A and granularity G; reported as mean A over the
-       resolutions and as relative accuracy (seed paper Fig. 6) over all models' curves together.
+   (c) MeSH clustering on the PubMed records (issue 16, mapping.curves): each model's exact 20-NN
+       cosine graph, beside baselines computed once per run and cached (<out>/baseline_cache.json):
+       TF-IDF and BM25 20-NN, a random 20-regular graph (floor), the MeSH criterion's own 20-NN
+       (ceiling), and per H=2 model the hybrid "H=2 + BM25" (0.5 / 0.5, mapping.relatedness.hybrid).
+       Each graph: Leiden CPM on CWTS-normalised weights over its own resolution sweep covering
+       --g-range, with --leiden-seeds (mapping.curves.sweep); reported as accuracy A at the
+       --granularities (A@G) and relative accuracy (seed paper Fig. 6) over all graphs of the table
+       together, per Leiden seed. Also a per-graph table (Fig. 6 style) in the .md and the curves
+       (Fig. 5 style) in <out>/mesh_curves-<suffix>.png.
    (d) importance-graded (the seed paper's claim, which the cite task cannot see: it counts every
        citation alike): each held-out anchor's cited papers that have text, graded by the pair's
        importance score (pairs table; the same for every H); Spearman's rho between importance
        and closeness, and nDCG with importance as the gain (mapping.scidocs.evaluate_graded).
    Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
-   suffix names settings that differ from the recipe) and prints the .md.
+   suffix names settings that differ from the recipe), mesh_curves-n<steps>[...].png, and prints the .md.
 
 A grid shares one --out (data, triplets and the evaluation cache are reused): e.g. --H 0 1 2,
 --margin 0.5, --lr 5e-5, --steps 200 each train only their own models.
@@ -56,6 +62,7 @@ from encoders.objectives.triplet import DEFAULT_MARGIN
 from sciencemap.contracts import SPLIT_VAL
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table, write_json_atomic, write_text_atomic
+from sciencemap.text import clean_text
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout this script lies in (sample/, ../shared/data)
 
@@ -240,7 +247,7 @@ def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") 
 # ---------------------------------------------------------------- evaluation sets
 
 def _has_text(title, abstract) -> bool:
-    return bool((title or "").strip() or (abstract or "").strip())
+    return bool(clean_text(title) or clean_text(abstract))   # None, NaN (pandas 3) and blanks are no text
 
 
 def build_eval_sets(args, out: Path) -> dict:
@@ -338,27 +345,69 @@ def importance_graded_sets(args, out: Path, val: set, text_ids: set) -> tuple[di
 
 # ---------------------------------------------------------------- metrics
 
-def mesh_curve(X: np.ndarray, mv, resolutions, min_size: int) -> list[dict]:
-    from mapping.cluster import ClusterConfig, build_graph, cluster_graph
-    from sciencemap.vectors import unit_rows
-    from mapping.knn import KnnConfig, knn_edges
-    from mapping.mesh_accuracy import accuracy, granularity
-
-    Xn = np.ascontiguousarray(unit_rows(X.astype(np.float32)))
-    _, s, d, sim, _ = knn_edges(Xn, KnnConfig(k=20, index="flat", gpu="never"))
-    n = len(Xn)
-    g = build_graph(s, d, sim, n)   # node i = row i
-    ig = g.igraph()
-    rows = []
-    for r in resolutions:
-        mem, _ = cluster_graph(g, r, ClusterConfig(min_cluster_size=min_size), ig)
-        lab = mem[mv.rows]
-        a, _ = accuracy(mv.V, lab)
-        rows.append({"resolution": r, "accuracy": a, "granularity": granularity(lab), "clusters": int(mem.max() + 1)})
-    return rows
+MESH_K = 20             # k of every k-NN graph in (c)
+HYBRID_W = 0.5          # the encoder's share in the "H=2 + BM25" hybrid (BM25: the rest)
+BASELINES = {"tfidf": "TF-IDF 20-NN (baseline)", "bm25": "BM25 20-NN (baseline)",
+             "random": "random 20-regular (floor)", "mesh": "MeSH 20-NN (ceiling)"}
 
 
-def evaluate_model(args, spec, ev: dict, mv, cosine: bool = False) -> dict:
+def mesh_criterion(mv):
+    from mapping.curves import Criterion
+
+    return Criterion("mesh", mv.V, mv.rows)
+
+
+def graph_curve(args, graph, crit) -> dict:
+    """The graph's accuracy–granularity curve on the PubMed records (mapping.curves.sweep: its own
+    resolution sweep covering --g-range, --curve-points resolutions × --leiden-seeds)."""
+    from mapping.curves import sweep
+
+    c = sweep(graph, crit, tuple(args.g_range), points=args.curve_points, seeds=tuple(args.leiden_seeds))
+    c["edges"] = graph.m
+    return c
+
+
+def pubmed_texts(pm: pd.DataFrame) -> list[str]:
+    return [f"{clean_text(t)} {clean_text(a)}".strip() for t, a in zip(pm.title, pm.abstract)]
+
+
+def bm25_pubmed(pm: pd.DataFrame):
+    from mapping.text_graphs import bm25_graph
+
+    return bm25_graph(pubmed_texts(pm), k=MESH_K, name="bm25")
+
+
+def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> dict:
+    """TF-IDF, BM25, random 20-regular and MeSH (criterion) 20-NN curves on the PubMed records,
+    computed once and cached in <out>/baseline_cache.json (keyed by the records and the sweep)."""
+    from mapping import text_graphs as tg
+
+    cache = out / "baseline_cache.json"
+    key = hashlib.sha256(json.dumps(["baselines-v1", sorted(pm.paper_id.tolist()), MESH_K, args.g_range,
+                                     args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12]
+    cached = json.loads(cache.read_text()) if cache.exists() else {}
+    if key in cached:
+        return cached[key]
+    texts, n = pubmed_texts(pm), len(pm)
+    builders = {"tfidf": lambda: tg.tfidf_graph(texts, k=MESH_K, name="tfidf"),
+                "bm25": lambda: bm25_pubmed(pm),
+                "random": lambda: tg.random_regular_graph(n, k=MESH_K, seed=0, name="random"),
+                "mesh": lambda: tg.criterion_graph(mv.V, mv.rows, n, k=MESH_K, name="mesh")}
+    res = {}
+    for name, build in builders.items():
+        t = time.time()
+        c = graph_curve(args, build(), crit)
+        res[name] = c
+        say(f"baseline {name}: {c['edges']} edges, curve in {time.time() - t:.0f}s")
+    cached = json.loads(cache.read_text()) if cache.exists() else {}
+    cached[key] = res
+    _mark(cache, cached)
+    return res
+
+
+def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with=None) -> dict:
+    """Metrics (a)-(d) of one encoder; (c) is its 20-NN graph's curve ("mesh_sweep") and, when
+    `hybrid_with` (the PubMed BM25 graph) is given, the hybrid's ("mesh_hybrid_sweep")."""
     import torch
 
     from encoders.embed import embed_texts
@@ -385,8 +434,16 @@ def evaluate_model(args, spec, ev: dict, mv, cosine: bool = False) -> dict:
     c = svm_macro_f1(X[[idx[p] for p in el.paper_id]], el.label.tolist(), seed=0)
     res["cls_f1"], res["cls_C"] = c["macro_f1"], c["C"]
     pm = ev["pubmed"]
-    res["mesh_curve"] = mesh_curve(X[[idx[p] for p in pm.paper_id]], mv, args.resolutions, args.min_cluster_size)
-    res["mesh_mean_A"] = float(np.mean([r["accuracy"] for r in res["mesh_curve"]]))
+    from mapping.relatedness import hybrid
+    from mapping.text_graphs import vector_graph
+
+    t = time.time()
+    g = vector_graph(X[[idx[p] for p in pm.paper_id]], k=MESH_K, name="encoder")
+    res["mesh_sweep"] = graph_curve(args, g, crit)
+    if hybrid_with is not None:
+        hg = hybrid("encoder + BM25", [(g, HYBRID_W), (hybrid_with, 1.0 - HYBRID_W)])
+        res["mesh_hybrid_sweep"] = graph_curve(args, hg, crit)
+    res["mesh_s"] = round(time.time() - t, 1)
     return res
 
 
@@ -398,10 +455,90 @@ def mesh_vectors(pm: pd.DataFrame):
 
 # ---------------------------------------------------------------- report
 
-METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_map", "cite-ft MAP"),
-           ("cite-ft_ndcg", "cite-ft nDCG"), ("cls_f1", "eLife subj. macro-F1"),
-           ("imp_rho", "importance ρ"), ("imp_ndcg", "importance nDCG"),
-           ("mesh_mean_A", "MeSH mean A"), ("mesh_rel_acc", "MeSH rel. acc.")]
+BASE_METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_map", "cite-ft MAP"),
+                ("cite-ft_ndcg", "cite-ft nDCG"), ("cls_f1", "eLife subj. macro-F1"),
+                ("imp_rho", "importance ρ"), ("imp_ndcg", "importance nDCG")]
+
+
+def metrics(args) -> list[tuple[str, str]]:
+    return BASE_METRICS + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] \
+        + [("mesh_rel_acc", "MeSH rel. acc.")]
+
+
+def hybrid_name(name: str) -> str:
+    return f"{name} + BM25"
+
+
+def mesh_graphs(per_model: dict, baselines: dict) -> dict[str, dict]:
+    """Every graph of (c) by name: the models', their hybrids' ("<model> + BM25") and the baselines'."""
+    curves = {n: m["mesh_sweep"] for n, m in per_model.items() if "mesh_sweep" in m}
+    curves.update({hybrid_name(n): m["mesh_hybrid_sweep"] for n, m in per_model.items() if "mesh_hybrid_sweep" in m})
+    curves.update(baselines)
+    return curves
+
+
+def mesh_scores(args, curves: dict[str, dict]) -> dict[str, dict]:
+    """{graph: {mesh_A<G>: mean over Leiden seeds, ..._std, mesh_rel_acc (+ _std)}}; the relative
+    accuracy is over all graphs together, seed by seed (mapping.curves.relative_accuracies)."""
+    from mapping.curves import accuracy_at, relative_accuracies
+
+    try:
+        rel = relative_accuracies(curves)
+    except ValueError:
+        rel = {}
+    out = {}
+    for name, c in curves.items():
+        d = {}
+        for g, v in accuracy_at(c, list(args.granularities)).items():
+            d[f"mesh_A{g:g}"], d[f"mesh_A{g:g}_std"] = v["mean"], v["std"]
+        r = rel.get(name, {})
+        d["mesh_rel_acc"], d["mesh_rel_acc_std"] = r.get("mean"), r.get("std")
+        d["g_range"] = r.get("g_range")
+        out[name] = d
+    return out
+
+
+def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, list[str]]) -> None:
+    """Seed paper Fig. 5: A against G (log x), one line per row of the table (the mean over its
+    graphs' training seeds × Leiden seeds), a band from the lowest to the highest of those curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mapping.curves import accuracy_at
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    lo, hi = args.g_range
+    grid = np.exp(np.linspace(np.log(lo * 0.8), np.log(hi * 1.25), 60))
+    cmap = plt.get_cmap("tab20")
+    for i, (label, names) in enumerate(groups.items()):
+        colour = cmap((2 * i) % 20 + (i // 10) % 2)   # ten dark hues, then their light ones
+        style = "--" if label.endswith(("(baseline)", "(floor)", "(ceiling)")) else "-." if "hybrid" in label else "-"
+        per = [[accuracy_at({"points": curves[n]["points"], "seeds": [s]}, grid.tolist())[float(g)]["mean"]
+                for g in grid] for n in names if n in curves for s in curves[n]["seeds"]]
+        if not per:
+            continue
+        A = np.array(per, float)
+        ok = np.isfinite(A).any(axis=0)
+        with np.errstate(all="ignore"):
+            mean, amin, amax = np.nanmean(A[:, ok], 0), np.nanmin(A[:, ok], 0), np.nanmax(A[:, ok], 0)
+        ax.plot(grid[ok], mean, label=label, lw=1.6, color=colour, ls=style)
+        ax.fill_between(grid[ok], amin, amax, color=colour, alpha=0.2, lw=0)
+    for g in args.granularities:
+        ax.axvline(g, color="0.8", lw=0.8, zorder=0)
+    ax.set_xscale("log")
+    ax.set_xlabel("granularity G = N² / Σ n_c²")
+    ax.set_ylabel("MeSH accuracy A")
+    ax.set_title(f"MeSH accuracy–granularity, PubMed records (Leiden seeds {list(args.leiden_seeds)})")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    os.replace(tmp, path)
 
 
 def _cell(vals: list[float]) -> str:
@@ -420,17 +557,12 @@ def objectives_note(args) -> str:
     return ", ".join(notes.get(o, o) for o in args.objectives)
 
 
-def report(args, out: Path, per_model: dict, data: dict) -> str:
-    from mapping.mesh_accuracy import relative_accuracy
-
-    curves = {n: ([r["granularity"] for r in m["mesh_curve"]], [r["accuracy"] for r in m["mesh_curve"]])
-              for n, m in per_model.items()}
-    try:
-        rel = relative_accuracy(curves)
-    except ValueError:
-        rel = {}
-    for n, m in per_model.items():
-        m["mesh_rel_acc"] = rel.get(n)
+def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: Path | None = None) -> str:
+    METRICS = metrics(args)
+    curves = mesh_graphs(per_model, baselines)
+    scores = mesh_scores(args, curves)
+    entries = {n: {**m, **scores.get(n, {})} for n, m in per_model.items()}
+    entries.update({n: scores[n] for n in curves if n not in entries})
     groups = {"base (minilm, untuned)": ["base"]}
     for h in sorted(args.H):
         for obj in args.objectives:
@@ -438,14 +570,22 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
             if obj != "triplet":
                 label = label.replace(")", f", {obj})")
             groups[label] = [model_name(h, s, obj) for s in args.seeds]
-    rows = {g: {k: [per_model[n].get(k) for n in names if n in per_model] for k, _ in METRICS}
+    for obj in args.objectives:
+        if 2 in args.H:
+            groups["H=2 + BM25 (hybrid 0.5/0.5" + ("" if obj == "triplet" else f", {obj}") + ")"] = \
+                [hybrid_name(model_name(2, s, obj)) for s in args.seeds]
+    groups.update({label: [n] for n, label in BASELINES.items()})
+    groups = {g: names for g, names in groups.items() if any(n in entries for n in names)}
+    rows = {g: {k: [entries[n].get(k) for n in names if n in entries] for k, _ in METRICS}
             for g, names in groups.items()}
+    if plot is not None and curves:
+        plot_curves(args, plot, curves, groups)
     lines = [f"# Quality experiment: base vs {' vs '.join(f'H={h}' for h in sorted(args.H))} "
              f"({'repo sample' if args.sample else 'full eLife research + ScisummNet'})",
              "", "| model | models | " + " | ".join(lbl for _, lbl in METRICS) + " |",
              "|---|---|" + "---|" * len(METRICS)]
     for g, vals in rows.items():
-        done = sum(n in per_model for n in groups[g])
+        done = sum(n in entries for n in groups[g])
         lines.append(f"| {g} | {done} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS) + " |")
     contrasts = []  # (row label, [(model, model it is paired with)] by seed)
     for obj in args.objectives:
@@ -457,11 +597,12 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
                                                    for s in args.seeds])
                       for h in sorted(args.H) for obj in args.objectives if obj != "triplet"]
     for label, pairs in contrasts:
-        pairs = [(x, y) for x, y in pairs if x in per_model and y in per_model]
+        pairs = [(x, y) for x, y in pairs if x in entries and y in entries]
         if not pairs:
             continue
-        a, b = [per_model[x] for x, _ in pairs], [per_model[y] for _, y in pairs]
-        diffs = {k: [m.get(k) - n.get(k) for m, n in zip(a, b) if m.get(k) is not None and n.get(k) is not None]
+        a, b = [entries[x] for x, _ in pairs], [entries[y] for _, y in pairs]
+        diffs = {k: [m.get(k) - n.get(k) for m, n in zip(a, b) if m.get(k) is not None and n.get(k) is not None
+                     and np.isfinite(m.get(k)) and np.isfinite(n.get(k))]
                  for k, _ in METRICS}
         lines.append(f"| {label} (paired by seed) | {len(pairs)} | "
                      + " | ".join(_cell(diffs[k]).replace("0.", "+0.", 1) if diffs[k] and np.mean(diffs[k]) >= 0
@@ -481,17 +622,44 @@ def report(args, out: Path, per_model: dict, data: dict) -> str:
               f"L2 ranking (cosine for {', '.join(o for o in OBJECTIVES if trained_on_cosine(o))} models). cite-ft: {q['cite-ft']} anchors, in-set full-text papers only.",
               f"(b) eLife research articles, first heading subject, classes ≥10 papers: n={data.get('cls_n')}, "
               f"{data.get('cls_classes')} classes; LinearSVC, C∈1e-4..1e2, 3-fold CV.",
-              f"(c) {data.get('mesh_n')} PubMed records with MeSH; exact 20-NN cosine graph, Leiden CPM "
-              f"γ∈{args.resolutions}, min cluster {args.min_cluster_size}. 'mean A' = mean accuracy over the γ grid; "
-              "'rel. acc.' = relative accuracy over the common granularity range of all models (1 = average).",
+              f"(c) {data.get('mesh_n')} PubMed records with MeSH; every graph a 20-NN graph on them (encoders: "
+              "exact cosine; TF-IDF: cosine; BM25: Okapi k1 1.2, b 0.75; MeSH: cosine of the criterion's own "
+              "vectors = the ceiling; random: a 20-regular graph = the floor; H=2 + BM25: the sum of the two graphs' "
+              f"CWTS-normalised weights, {HYBRID_W:g} each, one hybrid per H=2 seed), Leiden CPM (no small-cluster merging) "
+              f"on CWTS-normalised weights, each graph its own {args.curve_points}-resolution sweep covering "
+              f"G∈{list(args.g_range)}, Leiden seeds {list(args.leiden_seeds)} (mapping.curves.sweep). "
+              f"'A@G=g' = accuracy interpolated at granularity g (linear in log G), mean over Leiden seeds; "
+              f"'rel. acc.' = relative accuracy (seed paper Fig. 6) over all {len(curves)} graphs of this table "
+              f"together, per Leiden seed over their common G range {_grange(scores)}, averaged (1 = the average graph).",
               f"(d) importance-graded: {next(iter(per_model.values())).get('imp_queries')} held-out anchors "
               f"(a seeded sample of at most {args.max_queries} of the {data.get('cite_eligible', {}).get('graded')} "
               f"with ≥{args.min_graded} cited papers that have text and unequal importance); all their cited papers "
               "graded by importance; Spearman ρ(importance, −L2 distance) and nDCG with importance as gain.",
-              "Cells: mean ± sample std over train seeds (base: one deterministic model).",
+              "Cells: mean ± sample std over train seeds (base and the baselines: one graph each; their Leiden-seed "
+              "spread is in the per-graph table below).",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
+    if curves:
+        lines += ["", f"### (c) per graph (seed paper Fig. 6 style; ± = sample std over Leiden seeds {list(args.leiden_seeds)})", "",
+                  "| graph | MeSH rel. acc. | " + " | ".join(f"A@G={g:g}" for g in args.granularities) + " | edges | sweep s |",
+                  "|---|---|" + "---|" * len(args.granularities) + "---|---|"]
+        pm = lambda d, k: "—" if d.get(k) is None or not np.isfinite(d[k]) else (
+            f"{d[k]:.4f}" + ("" if d.get(k + "_std") is None or not np.isfinite(d[k + "_std"]) else f" ± {d[k + '_std']:.4f}"))
+        order = sorted(curves, key=lambda n: -(scores[n]["mesh_rel_acc"] if scores[n]["mesh_rel_acc"] is not None
+                                                and np.isfinite(scores[n]["mesh_rel_acc"]) else -np.inf))
+        for n in order:
+            d = scores[n]
+            lines.append(f"| {BASELINES.get(n, n)} | {pm(d, 'mesh_rel_acc')} | "
+                         + " | ".join(pm(d, f"mesh_A{g:g}") for g in args.granularities)
+                         + f" | {curves[n].get('edges', '—')} | {curves[n].get('seconds', 0):.0f} |")
+        if plot is not None:
+            lines += ["", f"Curves (Fig. 5 style): `{plot.name}`."]
     return "\n".join(lines) + "\n"
+
+
+def _grange(scores: dict) -> str:
+    r = next((d["g_range"] for d in scores.values() if d.get("g_range")), None)
+    return f"[{r[0]:.1f}, {r[1]:.1f}]" if r else "(none)"
 
 
 def main() -> None:
@@ -519,8 +687,12 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=200)
     ap.add_argument("--max-rel", type=int, default=5, help="cited papers kept per cite query (SciDocs: 5)")
     ap.add_argument("--min-graded", type=int, default=3, help="cited papers with text per importance-graded query")
-    ap.add_argument("--resolutions", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1])
-    ap.add_argument("--min-cluster-size", type=int, default=5)
+    ap.add_argument("--g-range", type=float, nargs=2, default=[10.0, 200.0],
+                    help="(c): the granularities each graph's resolution sweep covers")
+    ap.add_argument("--curve-points", type=int, default=16, help="(c): resolutions per graph's sweep")
+    ap.add_argument("--leiden-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--granularities", type=float, nargs="+", default=[20.0, 50.0, 100.0],
+                    help="(c): the G at which the table reports accuracy")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report-only", action="store_true",
                     help="train and evaluate nothing new: rebuild the results file from the finished models")
@@ -538,6 +710,7 @@ def main() -> None:
     data.update(cls_n=len(ev["elife"]), cls_classes=int(ev["elife"].label.nunique()), mesh_n=len(ev["pubmed"]),
                 val_anchors=ev["val_anchors"], eval_texts=len(ev["texts"]), cite_eligible=ev["eligible"])
     mv = mesh_vectors(ev["pubmed"])
+    crit = mesh_criterion(mv)
     data["mesh_n"] = int(len(mv.rows))
     say(f"eval: {len(ev['texts'])} texts, cite queries {[len(q) for q in ev['qrels'].values()]}, "
         f"importance-graded queries {len(ev['graded'])}, "
@@ -547,9 +720,16 @@ def main() -> None:
     res_json, res_md = out / f"{stem}.json", out / f"{stem}.md"
     prev = json.loads(res_json.read_text()).get("data", {}) if res_json.exists() else {}
     cache = out / "eval_cache.json"
-    ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.resolutions,
-                                      args.min_cluster_size, args.max_length, "graded", args.min_graded]
-                                     ).encode()).hexdigest()[:12]
+    # (c) as curves (issue 16): a key of its own, so entries of the old γ-grid evaluation are never mixed in.
+    ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.max_length,
+                                      "graded", args.min_graded, "curves-v1", MESH_K, HYBRID_W, args.g_range,
+                                      args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12]
+    t = time.time()
+    baselines = baseline_curves(args, out, ev["pubmed"], mv, crit)
+    data["baselines_s"] = round(time.time() - t, 1)
+    bm25 = None   # the PubMed BM25 graph, built when an H=2 model needs its hybrid
+    plot = out / f"mesh_curves-{stem[len('results-'):]}.png"
+    md = ""
     # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
     todo = [("base", None, None, None)] + [(model_name(h, s, o), h, s, o) for s in args.seeds for h in args.H
                                            for o in args.objectives]
@@ -565,23 +745,26 @@ def main() -> None:
             continue
         else:
             t = time.time()
-            per_model[name] = evaluate_model(args, spec, ev, mv, cosine=trained_on_cosine(objective))
+            if h == 2 and bm25 is None:
+                bm25 = bm25_pubmed(ev["pubmed"])
+            per_model[name] = evaluate_model(args, spec, ev, crit, cosine=objective is not None and trained_on_cosine(objective),
+                                             hybrid_with=bm25 if h == 2 else None)
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
             _mark(cache, cached)
             m = per_model[name]
             say(f"eval {name}: cite MAP {m['cite_map']:.4f} nDCG {m['cite_ndcg']:.4f}, cite-ft MAP "
-                f"{m['cite-ft_map']:.4f}, importance rho {m['imp_rho']:.4f}, F1 {m['cls_f1']:.4f}, mesh A {m['mesh_mean_A']:.4f} ({time.time() - t:.0f}s)")
+                f"{m['cite-ft_map']:.4f}, importance rho {m['imp_rho']:.4f}, F1 {m['cls_f1']:.4f}, mesh curve(s) {m['mesh_s']:.0f}s ({time.time() - t:.0f}s)")
         # Results after every model: a run cut short still leaves a (partial) table.
         data["wall_s"] = time.time() - T0
         data["load_end"] = [round(x, 2) for x in os.getloadavg()]
         if args.report_only and prev:  # keep the measuring run's command, wall time and load
             data.update({k: prev[k] for k in ("command", "wall_s", "load_start", "load_end") if k in prev})
         data["models_done"] = list(per_model)
-        md = report(args, out, per_model, data)
-        _mark(res_json, {"args": vars(args), "data": data, "models": per_model})
+        md = report(args, out, per_model, data, baselines, plot)
+        _mark(res_json, {"args": vars(args), "data": data, "models": per_model, "baselines": baselines})
         write_text_atomic(res_md, md)
-    print(md)
+    print(md or "nothing evaluated yet")
 
 if __name__ == "__main__":
     main()
