@@ -72,6 +72,18 @@ def _load_json(path: Path) -> Any:
         raise UserError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
 
 
+def _json_objects(path: Path, shape: str, need: tuple[str, ...], what: str) -> Iterator[tuple[str, dict]]:
+    """(key, entry) of a JSON file holding one object of objects; the file must have `shape` and
+    every entry the keys `need` (the error names the `what` entry lacking them)."""
+    data = _load_json(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected {shape}")
+    for key, rec in data.items():
+        if not isinstance(rec, dict) or any(k not in rec for k in need):
+            raise UserError(f"{path}: {what} {key} lacks {' or '.join(need)}")
+        yield str(key), rec
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise UserError(f"{path} not found")
@@ -116,14 +128,9 @@ def _paper(pid: str, title, abstract) -> dict:
 def read_scidocs_metadata(path: str | Path) -> dict[str, dict]:
     """`paper_metadata_*.json` -> {pid: {paper_id, title, abstract}} (null text becomes "")."""
     path = Path(path)
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected an object {{paper_id: {{title, abstract, ...}}}}")
     out = {}
-    for pid, rec in data.items():
-        if not isinstance(rec, dict) or "title" not in rec:
-            raise UserError(f"{path}: entry {pid!r} is not an object with a title")
-        out[str(pid)] = _paper(str(pid), rec.get("title"), rec.get("abstract"))
+    for pid, rec in _json_objects(path, "an object {paper_id: {title, abstract, ...}}", ("title",), "entry"):
+        out[pid] = _paper(pid, rec.get("title"), rec.get("abstract"))
     return out
 
 
@@ -252,19 +259,15 @@ def read_csfcube_queries(path: str | Path) -> list[dict]:
 def read_csfcube_anns(path: str | Path) -> dict[str, dict[str, int]]:
     """`test-pid2anns-csfcube-<facet>.json` -> {query pid: {candidate pid: adjudicated grade 0-3}}."""
     path = Path(path)
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected {{query pid: {{\"cands\": [...], \"relevance_adju\": [...]}}}}")
     out = {}
-    for qpid, ann in data.items():
-        if not isinstance(ann, dict) or "cands" not in ann or "relevance_adju" not in ann:
-            raise UserError(f"{path}: query {qpid} lacks cands or relevance_adju")
+    for qpid, ann in _json_objects(path, '{query pid: {"cands": [...], "relevance_adju": [...]}}',
+                                   ("cands", "relevance_adju"), "query"):
         cands, rels = ann["cands"], ann["relevance_adju"]
         if len(cands) != len(rels):
             raise UserError(f"{path}: query {qpid} has {len(cands)} cands but {len(rels)} relevance_adju")
         if len(set(cands)) != len(cands):
             raise UserError(f"{path}: query {qpid} lists a candidate twice")
-        out[str(qpid)] = {str(c): int(r) for c, r in zip(cands, rels)}
+        out[qpid] = {str(c): int(r) for c, r in zip(cands, rels)}
     return out
 
 
