@@ -28,6 +28,7 @@ import igraph as ig
 import numpy as np
 import scipy.sparse as sp
 
+from mapping.cluster import igraph_from_arrays
 from mapping.mesh_accuracy import accuracy, granularity, relative_accuracy
 from mapping.relatedness import RelGraph
 
@@ -47,9 +48,7 @@ class Clusterer:
 
     def __init__(self, graph: RelGraph, max_iterations: int = -1, beta: float = 0.01):
         self.graph = graph
-        e = np.empty((graph.m, 2), np.int64)
-        e[:, 0], e[:, 1] = graph.lo, graph.hi
-        self.g = ig.Graph(n=graph.n, edges=e, directed=False)
+        self.g = igraph_from_arrays(graph.n, graph.lo, graph.hi)
         self.w = graph.normalised().tolist()
         self.node_w = graph.node_weights().tolist()
         self.max_iterations, self.beta = max_iterations, beta
