@@ -525,20 +525,10 @@ def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, lis
             mean, amin, amax = np.nanmean(A[:, ok], 0), np.nanmin(A[:, ok], 0), np.nanmax(A[:, ok], 0)
         ax.plot(grid[ok], mean, label=label, lw=1.6, color=colour, ls=style)
         ax.fill_between(grid[ok], amin, amax, color=colour, alpha=0.2, lw=0)
-    for g in args.granularities:
-        ax.axvline(g, color="0.8", lw=0.8, zorder=0)
-    ax.set_xscale("log")
-    ax.set_xlabel("granularity G = N² / Σ n_c²")
-    ax.set_ylabel("MeSH accuracy A")
-    ax.set_title(f"MeSH accuracy–granularity, PubMed records (Leiden seeds {list(args.leiden_seeds)})")
-    ax.legend(fontsize=7, loc="upper right")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    from mapping.compare import save_curve_plot
+    save_curve_plot(fig, ax, path, list(args.granularities), "MeSH accuracy A",
+                    f"MeSH accuracy–granularity, PubMed records (Leiden seeds {list(args.leiden_seeds)})",
+                    legend_size=7, dpi=130, grid=True)
 
 
 def _cell(vals: list[float]) -> str:

@@ -384,17 +384,28 @@ def plot_curves(dest: Path, curves: dict[str, dict], title: str, n: int, targets
         line, = ax.plot(G[ok], np.array([np.mean(a) for a in A])[ok], marker=".", label=TITLES.get(gname, gname), **style)
         ax.fill_between(G[ok], np.array([min(a) for a in A])[ok], np.array([max(a) for a in A])[ok],
                         color=line.get_color(), alpha=0.15, lw=0)
+    save_curve_plot(fig, ax, dest, targets, "accuracy A", f"Accuracy against granularity: {title}, {n:,} papers")
+
+
+def save_curve_plot(fig, ax, dest: Path, targets: list[float], ylabel: str, title: str, legend_size: int = 8,
+                    dpi: int = 120, grid: bool = False) -> None:
+    """The Fig. 5 frame shared by the stage and the quality experiment: the reported granularities
+    as light rules, log G axis, labels, legend; written atomically as PNG and closed."""
+    import matplotlib.pyplot as plt
+
     for t in targets:
         ax.axvline(t, color="0.85", lw=0.8, zorder=0)
     ax.set_xscale("log")
     ax.set_xlabel("granularity G = N² / Σ n_c²")
-    ax.set_ylabel("accuracy A")
-    ax.set_title(f"Accuracy against granularity: {title}, {n:,} papers")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size, loc="upper right")
+    if grid:
+        ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(dest) as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
 
 
