@@ -68,6 +68,27 @@ def normalise_heading(title: str | None) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
+# The words that make a heading say its IMRaD part outright (issue 17's "keyword" headings); the
+# other O words count too (an acknowledgements heading is informative). "Experiments", "Our
+# approach", "Evaluation" are not among them: such headings need the section's text.
+IMRAD_KEYWORDS = re.compile(
+    r"\b(?:introduction|background|related work|previous work|prior work|methods?|methodology|materials?|"
+    r"results?|discussion|conclusions?|concluding remarks|acknowledg\w*|appendix|appendices|references|"
+    r"abstract|funding)\b")
+HEADING_KINDS = ("empty", "numbered", "other", "keyword")
+
+
+def heading_kind(title: str | None) -> str:
+    """empty (no heading), numbered (numbering only: "2.", "IV", "3.1"), keyword (an IMRaD or
+    back-matter word: IMRAD_KEYWORDS), or other (words, none of them such a keyword)."""
+    raw = (title or "").strip()
+    if not re.sub(r"[\W_]+", "", raw):
+        return "empty"
+    if re.fullmatch(r"[\s.)(:\-]*(?:\d+(?:\.\d+)*|[ivxlcIVXLC]+|[A-Za-z])?[\s.)(:\-]*", raw):
+        return "numbered"
+    return "keyword" if IMRAD_KEYWORDS.search(normalise_heading(raw)) else "other"
+
+
 def class_from_sec_type(sec_type: str | None) -> str | None:
     if not sec_type:
         return None

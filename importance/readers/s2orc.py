@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 from importance.fields import arxiv_fields
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
@@ -167,37 +168,56 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
     for key, bib in (doc.get("bib_entries") or {}).items():
         out.append((REF, _reference(paper_id, key, bib or {}, path)))
 
-    # Top-level section of a paragraph: first component of sec_number; unnumbered ("-1", "") by title.
-    paras = doc.get("body_text") or []
-    tops: dict[str, int] = {}
-    top_title: dict[str, str | None] = {}
-    keyed = []
+    sections = top_sections(doc.get("body_text") or [])
+    for pos, sec in enumerate(sections):
+        for p, own in sec.paragraphs:
+            if not p.get("cite_spans"):
+                continue
+            stitle = sec.title or own
+            cls = class_from_heading(stitle) or class_from_heading(own) or classify_section(None, stitle, pos)
+            for span in p.get("cite_spans"):
+                rid = span.get("ref_id")
+                if rid is None:
+                    continue
+                out.append((MENTION, {
+                    "citing_id": paper_id, "ref_key": str(rid), "section_title": stitle,
+                    "section_type": p.get("sec_type") or None, "section_class": cls, "position": pos,
+                    "source_file": path}))
+    return out
+
+
+@dataclass
+class TopSection:
+    """A top-level section of an S2ORC/unArXive body: its heading (None when untitled), its
+    paragraphs in order as (paragraph, the paragraph's own heading), and its text."""
+    title: str | None
+    paragraphs: list = field(default_factory=list)
+
+    @property
+    def first_own(self) -> str | None:
+        return next((own for _, own in self.paragraphs if own), None)
+
+    @property
+    def text(self) -> str:
+        return clean_ws(" ".join(_MARKUP.sub(" ", p.get("text") or "") for p, _ in self.paragraphs)) or ""
+
+
+def top_sections(paras: list) -> list[TopSection]:
+    """Paragraphs grouped by top-level section, in order of first appearance: the first component
+    of sec_number; unnumbered paragraphs ("-1", "") by their own heading. The title is the heading
+    of the section's own (unnested) paragraphs."""
+    sections: dict[str, TopSection] = {}
     for p in paras:
+        if not isinstance(p, dict):
+            continue
         own = clean_ws(_MARKUP.sub(" ", p.get("section") or "")) or None
         num = str(p.get("sec_number") or "").strip()
-        top = ("n:" + num.split(".")[0]) if num and num != "-1" else ("t:" + (own or ""))
-        if top not in tops:
-            tops[top] = len(tops)
-            top_title[top] = None
-        if "." not in num and top_title[top] is None:  # the section's own paragraphs name it
-            top_title[top] = own
-        keyed.append((p, own, top))
-    for p, own, top in keyed:
-        spans = p.get("cite_spans") or []
-        if not spans:
-            continue
-        pos = tops[top]
-        stitle = top_title.get(top) or own
-        cls = class_from_heading(stitle) or class_from_heading(own) or classify_section(None, stitle, pos)
-        for span in spans:
-            rid = span.get("ref_id")
-            if rid is None:
-                continue
-            out.append((MENTION, {
-                "citing_id": paper_id, "ref_key": str(rid), "section_title": stitle,
-                "section_type": p.get("sec_type") or None, "section_class": cls, "position": pos,
-                "source_file": path}))
-    return out
+        key = ("n:" + num.split(".")[0]) if num and num != "-1" else ("t:" + (own or ""))
+        sec = sections.setdefault(key, TopSection(None))
+        if "." not in num and sec.title is None:  # the section's own paragraphs name it
+            sec.title = own
+        sec.paragraphs.append((p, own))
+    return list(sections.values())
 
 
 def _trailing_number(v) -> str | None:
