@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Sequence
+
+import numpy as np
 
 CLASSES = ("I", "M", "R", "D", "O")
 
@@ -117,15 +119,64 @@ def class_from_heading(title: str | None) -> str | None:
     return best[1] if best else None
 
 
-def classify_section(sec_type: str | None, title: str | None, position: int | None) -> str:
-    """sec-type first, then heading rules, then position: the first block of a body is I when no
-    rule fires (untitled, or a heading such as eLife short reports' "Main text"), else O."""
-    cls = class_from_sec_type(sec_type) or class_from_heading(title)
+def known_class(sec_type: str | None, title: str | None) -> str | None:
+    """The class a section's labels state outright: its JATS sec-type, else a keyword heading
+    (heading_kind "keyword") by the heading rules; None when only the model can tell."""
+    cls = class_from_sec_type(sec_type)
+    if cls is None and heading_kind(title) == "keyword":
+        cls = class_from_heading(title)
+    return cls
+
+
+def _position_fallback(title: str | None, position: int | None) -> str:
+    """Without the model: the heading rules, then the first block of a body is I, else O."""
+    return class_from_heading(title) or ("I" if position == 0 else "O")
+
+
+def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] | None = None,
+                      sec_types: Sequence[str | None] | None = None, positions: Sequence[int] | None = None,
+                      n_sections: int | None = None, model=None) -> list[str]:
+    """The classes of one paper's top-level sections, in order (METHODS.md §1.1).
+
+    sec-type, then keyword headings fix a section's class; the others are scored by the learned
+    model (importance.section_model: heading, text, position, neighbours) and the paper decoded as
+    one sequence. positions default to 0..n-1 and n_sections to the number of titles (give both
+    when the list is a subset of the paper's sections). model: a SectionModel other than the
+    shipped one (evaluation)."""
+    from importance.section_model import default_model, features, neighbour_classes
+
+    n = len(titles)
+    texts = list(texts) if texts is not None else [None] * n
+    sec_types = list(sec_types) if sec_types is not None else [None] * n
+    positions = list(positions) if positions is not None else list(range(n))
+    total = n_sections or n
+    fixed = [known_class(st, t) for st, t in zip(sec_types, titles)]
+    if n == 0 or all(fixed):
+        return fixed
+    model = model or default_model()
+    if model is None:
+        return [f or _position_fallback(t, p) for f, t, p in zip(fixed, titles, positions)]
+    near = neighbour_classes(titles)
+    logp = np.stack([model.log_probabilities(features(t, x, p, total, nb)) if f is None
+                     else np.zeros(len(model.classes))
+                     for f, t, x, p, nb in zip(fixed, titles, texts, positions, near)])
+    return model.decode(logp, fixed)
+
+
+def classify_section(sec_type: str | None, title: str | None, position: int | None,
+                     n_sections: int | None = None, text: str | None = None) -> str:
+    """One section seen alone: sec-type, then a keyword heading, then the model on its heading,
+    text and position (no neighbours, no sequence); without the model the position rule (the
+    first block of a body is I, else O). Readers classify whole papers with classify_sections."""
+    from importance.section_model import default_model
+
+    cls = known_class(sec_type, title)
     if cls:
         return cls
-    if position == 0:
-        return "I"
-    return "O"
+    model = default_model()
+    if model is None:
+        return _position_fallback(title, position)
+    return model.predict(title, text, position, n_sections)
 
 
 def macro_f1(truth: Iterable[str], pred: Iterable[str], classes: Iterable[str] = CLASSES) -> dict:

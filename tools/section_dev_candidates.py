@@ -20,20 +20,13 @@ import tarfile
 from pathlib import Path
 
 from importance.readers.clscisumm import parse_paper_xml
-from importance.readers.common import clean_ws
+from importance.readers.scisummnet import paper_sections
+from importance.section_training import read_tsv
 from importance.readers.s2orc import top_sections
 from importance.sections import heading_kind
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-TEXT_CHARS = 1500
-
-
-def scisumm_sections(root) -> list[tuple[str, str]]:
-    out = []
-    for sec in root.findall("SECTION"):
-        text = clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or ""
-        out.append((clean_ws(sec.get("title")) or "", text))
-    return out
+TEXT_CHARS = 1500  # what the labellers read; the `text` column holds the whole section
 
 
 def scisumm_papers(tar_path: Path, kind: str, corpus: str):
@@ -46,7 +39,7 @@ def scisumm_papers(tar_path: Path, kind: str, corpus: str):
             root, _ = parse_paper_xml(tar.extractfile(m).read())
             if root is None or root.tag != "PAPER":
                 continue
-            secs = scisumm_sections(root)
+            secs = [(t or "", x) for t, x in paper_sections(root)]
             if secs:
                 yield corpus, "acl:" + parts[-1][:-4].lower(), secs
 
@@ -75,6 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--clscisumm", type=int, nargs=3, default=(0, 10, 4))
     ap.add_argument("--unarxive", type=int, nargs=3, default=(0, 8, 5))
     ap.add_argument("--max-per-paper", type=int, default=12)
+    ap.add_argument("--exclude", nargs="*", default=[], help="labelled TSV(s) whose papers are not drawn again")
     a = ap.parse_args(argv)
     cl = DATA / "cl-scisumm"
     pools = {
@@ -84,6 +78,8 @@ def main(argv=None) -> int:
     }
     rng = random.Random(a.seed)
     chosen, seen = [], set()
+    for f in a.exclude:
+        seen |= {r["paper_id"] for r in read_tsv(Path(f))}
     for corpus, pool in pools.items():
         n_bare, n_other, n_any = getattr(a, corpus)
         pool = sorted((p for p in pool if p[1] not in seen), key=lambda p: p[1])
@@ -103,7 +99,7 @@ def main(argv=None) -> int:
                 continue
             rows.append({"id": f"{pid}#{i}", "corpus": corpus, "paper_id": pid, "section_index": i,
                          "n_sections": len(secs), "title": title, "heading_kind": heading_kind(title),
-                         "label": "", "text": text[:TEXT_CHARS]})
+                         "label": "", "text": text})
     with open(a.out, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t", quoting=csv.QUOTE_MINIMAL)
         w.writeheader()

@@ -28,7 +28,8 @@ from lxml import etree
 
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
                                        keyword_list, norm_doi, norm_title, parse_year)
-from importance.sections import classify_section
+from importance.section_model import BODY_WORDS
+from importance.sections import classify_sections, known_class
 
 _STRICT = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
 AUTHOR_KWD_GROUP_TYPES = re.compile(r"^author([-_ ]?(keywords?|generated))?$", re.I)
@@ -220,30 +221,63 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
             "year": parse_year(_text(cit.find(".//year"))), "doi": rdoi, "pmid": rpmid,
             "hint_id": None, "title_norm": norm_title(rtitle), "source_file": path}))
 
-    body = root.find("body")
-    if body is not None:
-        blocks = []  # (title, sec_type, element list)
-        loose = None
-        for child in body:
-            if not isinstance(child.tag, str):
-                continue
-            if child.tag == "sec":
-                loose = None
-                blocks.append((_text(child.find("title")), child.get("sec-type"), [child]))
-            else:
-                if loose is None:
-                    loose = (None, None, [])
-                    blocks.append(loose)
-                loose[2].append(child)
-        for pos, (stitle, stype, els) in enumerate(blocks):
-            cls = classify_section(stype, stitle, pos)
-            for el in els:
-                for x in el.iter("xref"):
-                    if x.get("ref-type") != "bibr":
-                        continue
-                    for rid in (x.get("rid") or "").split():
-                        out.append((MENTION, {
-                            "citing_id": paper_id, "ref_key": rid, "section_title": stitle,
-                            "section_type": stype, "section_class": cls, "position": pos,
-                            "source_file": path}))
+    blocks = top_blocks(root.find("body"))
+    titles = [b[0] for b in blocks]
+    types = [b[1] for b in blocks]
+    # the text is read only where sec-type and heading leave the class open
+    texts = [None if known_class(st, t) else block_text(els) for t, st, els in blocks]
+    classes = classify_sections(titles, texts, types)
+    for pos, ((stitle, stype, els), cls) in enumerate(zip(blocks, classes)):
+        for el in els:
+            for x in el.iter("xref"):
+                if x.get("ref-type") != "bibr":
+                    continue
+                for rid in (x.get("rid") or "").split():
+                    out.append((MENTION, {
+                        "citing_id": paper_id, "ref_key": rid, "section_title": stitle,
+                        "section_type": stype, "section_class": cls, "position": pos,
+                        "source_file": path}))
     return out
+
+
+def top_blocks(body) -> list[tuple[str | None, str | None, list]]:
+    """The body's top-level blocks in order, as (title, sec-type, elements): each <sec> is one;
+    content placed directly under <body> between sections forms an untitled pseudo-section."""
+    blocks: list[tuple[str | None, str | None, list]] = []
+    if body is None:
+        return blocks
+    loose = None
+    for child in body:
+        if not isinstance(child.tag, str):
+            continue
+        if child.tag == "sec":
+            loose = None
+            blocks.append((_text(child.find("title")), child.get("sec-type"), [child]))
+        else:
+            if loose is None:
+                loose = (None, None, [])
+                blocks.append(loose)
+            loose[2].append(child)
+    return blocks
+
+
+_NOT_RUNNING_TEXT = ("fig", "table-wrap", "boxed-text", "disp-formula", "supplementary-material", "title", "label",
+                     "caption")
+
+
+def block_text(elements, max_words: int = BODY_WORDS) -> str:
+    """The running text of a block (paragraphs, not figure, table or box captions), up to about
+    max_words words: what the section classifier reads."""
+    parts, n = [], 0
+    for el in elements:
+        paras = [el] if el.tag == "p" else el.iter("p")
+        for p in paras:
+            if any(a.tag in _NOT_RUNNING_TEXT for a in p.iterancestors()):
+                continue
+            t = clean_ws("".join(p.itertext()))
+            if t:
+                parts.append(t)
+                n += t.count(" ") + 1
+                if n >= max_words:
+                    return " ".join(parts)
+    return " ".join(parts)

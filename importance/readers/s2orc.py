@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from importance.fields import arxiv_fields
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
                                        norm_title, open_stream, parse_year, reject)
-from importance.sections import class_from_heading, classify_section
+from importance.sections import classify_sections, known_class
 
 _ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
 _ARXIV_OLD = re.compile(r"\b([a-z\-]+(?:\.[A-Z]{2})?/\d{7})(?:v\d+)?\b")
@@ -169,18 +169,16 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
         out.append((REF, _reference(paper_id, key, bib or {}, path)))
 
     sections = top_sections(doc.get("body_text") or [])
-    for pos, sec in enumerate(sections):
+    titles = [sec.title for sec in sections]
+    classes = classify_sections(titles, [None if known_class(None, t) else sec.text for sec, t in zip(sections, titles)])
+    for pos, (sec, cls) in enumerate(zip(sections, classes)):
         for p, own in sec.paragraphs:
-            if not p.get("cite_spans"):
-                continue
-            stitle = sec.title or own
-            cls = class_from_heading(stitle) or class_from_heading(own) or classify_section(None, stitle, pos)
-            for span in p.get("cite_spans"):
+            for span in p.get("cite_spans") or []:
                 rid = span.get("ref_id")
                 if rid is None:
                     continue
                 out.append((MENTION, {
-                    "citing_id": paper_id, "ref_key": str(rid), "section_title": stitle,
+                    "citing_id": paper_id, "ref_key": str(rid), "section_title": sec.title or own,
                     "section_type": p.get("sec_type") or None, "section_class": cls, "position": pos,
                     "source_file": path}))
     return out

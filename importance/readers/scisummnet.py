@@ -19,7 +19,7 @@ import re
 from importance.readers.common import (CITANCE, PAPER, SENTENCE, BadRecord, author, clean_ws, decompress,
                                        norm_title, reject)
 from importance.readers.jats import parse_xml
-from importance.sections import classify_section
+from importance.sections import classify_sections, known_class
 
 ACL_ID = re.compile(r"^([A-Z])(\d\d)-(\d{4})$")
 VENUES = {"A": "ANLP", "C": "COLING", "D": "EMNLP", "E": "EACL", "H": "HLT", "I": "IJCNLP",
@@ -104,13 +104,25 @@ def abstract_text(root) -> str | None:
     return html.unescape(text) if text else None
 
 
+def paper_sections(root) -> list[tuple[str | None, str]]:
+    """(title, text) of each <SECTION> of a ScisummNet / CL-SciSumm <PAPER>, in order."""
+    return [(clean_ws(sec.get("title")),
+             html.unescape(clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or ""))
+            for sec in root.findall("SECTION")]
+
+
 def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, dict]], dict[str, str]]:
     """SENTENCE records (match key, section title and class, position) of every <SECTION>, in
-    order, and the match key of each sentence id (CL-SciSumm annotations cite sentences by sid)."""
+    order, and the match key of each sentence id (CL-SciSumm annotations cite sentences by sid).
+    The sections are classified together (importance.sections.classify_sections)."""
+    sections = root.findall("SECTION")
+    titles = [clean_ws(sec.get("title")) for sec in sections]
+    texts = [None if known_class(None, t) else
+             html.unescape(clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or "")
+             for sec, t in zip(sections, titles)]
+    classes = classify_sections(titles, texts)
     out, by_sid, n = [], {}, 0
-    for pos, sec in enumerate(root.findall("SECTION")):
-        stitle = clean_ws(sec.get("title"))
-        cls = classify_section(None, stitle, pos)
+    for pos, (sec, stitle, cls) in enumerate(zip(sections, titles, classes)):
         for s in sec.iter("S"):
             key = text_key("".join(s.itertext()))
             if s.get("sid") is not None:

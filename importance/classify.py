@@ -1,0 +1,216 @@
+"""`sciencemap classify-sections`: the section classifier on a table of sections a user brings.
+
+    sciencemap classify-sections --input sections.tsv --output classes.tsv
+    python jobs/classify_sections.py --input sections.parquet --output classes.parquet [--keep-text]
+
+Input: TSV (`.tsv`, `.tsv.gz`, tab-separated with a header) or Parquet (a file or a folder of
+files), one row per top-level section with columns paper_id, title and text; section_index (the
+section's 0-based place among the paper's top-level sections), n_sections (how many the paper has)
+and sec_type (a JATS sec-type) are optional: without them a paper's rows in file order are its
+sections, all of them. The rows of one paper must be contiguous (a paper that comes back after
+another is an error): the table is streamed paper by paper, so its size is not bounded by memory.
+
+Output (TSV or Parquet, by the output's name): the input's columns (without `text` unless
+--keep-text) plus section_class (I / M / R / D / O) and class_source: "sec-type" or "heading" where
+the section's own labels state the class, "model" where the learned model decided
+(importance.sections.classify_sections, METHODS.md §1.1). Written atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sciencemap.runtime import UserError
+from sciencemap.storage import atomic_file
+
+from importance.sections import class_from_sec_type, classify_sections, known_class
+
+REQUIRED = ("paper_id", "title", "text")
+OUTPUT_COLUMNS = ("section_class", "class_source")
+BATCH_ROWS = 4096
+
+
+def _tsv_rows(path: Path) -> Iterator[dict]:
+    csv.field_size_limit(sys.maxsize)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f, delimiter="\t")
+        _check_columns(reader.fieldnames or [], path)
+        yield from reader
+
+
+def _parquet_rows(path: Path) -> Iterator[dict]:
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise UserError(f"{path} holds no .parquet files")
+    for f in files:
+        pf = pq.ParquetFile(f)
+        _check_columns(pf.schema_arrow.names, f)
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            yield from batch.to_pylist()
+
+
+def _check_columns(names, path) -> None:
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise UserError(f"{path}: the sections table lacks column(s) {', '.join(missing)} "
+                        f"(needs {', '.join(REQUIRED)}; optional section_index, n_sections, sec_type)")
+
+
+def read_rows(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        raise UserError(f"input {path} does not exist")
+    name = path.name.lower()
+    if name.endswith((".tsv", ".tsv.gz", ".txt")):
+        return _tsv_rows(path)
+    if name.endswith(".parquet") or path.is_dir():
+        return _parquet_rows(path)
+    raise UserError(f"input {path}: give a .tsv, .tsv.gz or .parquet file (or a folder of Parquet files)")
+
+
+def _int(value, what: str, row: int) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"row {row}: {what} {value!r} is not a whole number") from None
+
+
+def papers(rows: Iterator[dict]) -> Iterator[list[tuple[int, dict]]]:
+    """(row number, row) lists, one per paper, in input order; a paper id seen before is an error."""
+    done: set[str] = set()
+    current: list[tuple[int, dict]] = []
+    for i, row in enumerate(rows, start=1):
+        pid = row.get("paper_id")
+        if pid in (None, ""):
+            raise UserError(f"row {i}: empty paper_id")
+        if current and pid != current[0][1]["paper_id"]:
+            done.add(current[0][1]["paper_id"])
+            yield current
+            current = []
+        if not current and pid in done:
+            raise UserError(f"row {i}: paper {pid!r} appears again after other papers; sort the table by paper_id")
+        current.append((i, row))
+    if current:
+        yield current
+
+
+def classify_paper(rows: list[tuple[int, dict]]) -> list[dict]:
+    """The paper's rows with section_class and class_source added, in input order."""
+    idx = [_int(r.get("section_index"), "section_index", i) for i, r in rows]
+    given = [_int(r.get("n_sections"), "n_sections", i) for i, r in rows]
+    positions = [p if p is not None else k for k, p in enumerate(idx)]
+    if len(set(positions)) != len(positions):
+        raise UserError(f"row {rows[0][0]}: paper {rows[0][1]['paper_id']!r} has two rows with the same section_index")
+    order = sorted(range(len(rows)), key=positions.__getitem__)
+    total = max([g for g in given if g is not None] + [max(positions) + 1])
+    titles = [rows[k][1].get("title") or None for k in order]
+    texts = [rows[k][1].get("text") or None for k in order]
+    types = [rows[k][1].get("sec_type") or None for k in order]
+    classes = classify_sections(titles, texts, types, [positions[k] for k in order], total)
+    out: list[dict] = [{} for _ in rows]
+    for k, cls, t, st in zip(order, classes, titles, types):
+        source = "sec-type" if class_from_sec_type(st) else "heading" if known_class(None, t) else "model"
+        out[k] = dict(rows[k][1], section_class=cls, class_source=source)
+    return out
+
+
+class _Writer:
+    """Rows to a TSV or Parquet file, in batches, under an atomic rename."""
+
+    def __init__(self, path: Path, keep_text: bool):
+        self.path, self.keep_text = path, keep_text
+        self.parquet = path.name.lower().endswith(".parquet")
+        if not (self.parquet or path.name.lower().endswith((".tsv", ".tsv.gz"))):
+            raise UserError(f"output {path}: name it .tsv, .tsv.gz or .parquet")
+        self.columns: list[str] | None = None
+        self.buffer: list[dict] = []
+        self.n = 0
+
+    def __enter__(self):
+        self._ctx = atomic_file(self.path)
+        self.tmp = self._ctx.__enter__()
+        self.pq_writer = self.tsv = self.tsv_file = None
+        return self
+
+    def add(self, row: dict) -> None:
+        if self.columns is None:
+            self.columns = [c for c in row if c not in OUTPUT_COLUMNS and (self.keep_text or c != "text")]
+            self.columns += list(OUTPUT_COLUMNS)
+        self.buffer.append(row)
+        if len(self.buffer) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffer and self.columns is not None:
+            return
+        cols = self.columns or [c for c in REQUIRED if self.keep_text or c != "text"] + list(OUTPUT_COLUMNS)
+        if self.parquet:
+            table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in self.buffer],
+                                         schema=None if self.buffer else pa.schema([(c, pa.string()) for c in cols]))
+            if self.pq_writer is None:
+                self.pq_writer = pq.ParquetWriter(self.tmp, table.schema)
+            self.pq_writer.write_table(table.cast(self.pq_writer.schema))
+        else:
+            if self.tsv is None:
+                opener = gzip.open if self.path.name.endswith(".gz") else open
+                self.tsv_file = opener(self.tmp, "wt", newline="", encoding="utf-8")
+                self.tsv = csv.DictWriter(self.tsv_file, fieldnames=cols, delimiter="\t", extrasaction="ignore")
+                self.tsv.writeheader()
+            self.tsv.writerows(self.buffer)
+        self.n += len(self.buffer)
+        self.buffer = []
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.flush()
+        finally:
+            if self.pq_writer is not None:
+                self.pq_writer.close()
+            if self.tsv_file is not None:
+                self.tsv_file.close()
+        return self._ctx.__exit__(exc_type, exc, tb)
+
+
+def classify_table(input_path: Path, output_path: Path, keep_text: bool = False) -> dict:
+    """Classify every section of the input table into the output table; returns the counts."""
+    counts: dict[str, int] = {}
+    sources: dict[str, int] = {}
+    n_papers = 0
+    with _Writer(output_path, keep_text) as w:
+        for rows in papers(read_rows(input_path)):
+            n_papers += 1
+            for r in classify_paper(rows):
+                counts[r["section_class"]] = counts.get(r["section_class"], 0) + 1
+                sources[r["class_source"]] = sources.get(r["class_source"], 0) + 1
+                w.add(r)
+    return {"papers": n_papers, "sections": sum(counts.values()), "classes": counts, "sources": sources,
+            "output": str(output_path)}
+
+
+def run(argv: list[str] | None = None, prog: str | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--input", required=True, type=Path, help="sections table: .tsv, .tsv.gz or Parquet")
+    ap.add_argument("--output", required=True, type=Path, help="classes table: .tsv, .tsv.gz or .parquet")
+    ap.add_argument("--keep-text", action="store_true", help="copy the text column into the output too")
+    a = ap.parse_args(argv)
+    summary = classify_table(a.input, a.output, a.keep_text)
+    print(f"{summary['sections']:,} sections of {summary['papers']:,} papers -> {a.output}  "
+          f"classes {summary['classes']}  decided by {summary['sources']}", file=sys.stderr)
+    return summary
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """`sciencemap classify-sections` / jobs/classify_sections.py: the exit code."""
+    from sciencemap.cli import command_main
+
+    return command_main(lambda a: run(a, prog), argv)
