@@ -92,8 +92,9 @@ def clean_raw(raw: str) -> str:
     t = _TEX_SKIP.sub(" ", t)
     t = t.replace("~", " ").replace("``", "“").replace("''", "”").replace("---", "—").replace("--", "–")
     t = t.replace("\\&", "&").replace("{", "").replace("}", "")
-    t = re.sub(r'(\w) ?"([aouAOU]) ?(\w)', lambda m: m.group(1) + unicodedata.normalize("NFC", m.group(2) + "\u0308")
-               + m.group(3), t)  # BibTeX umlaut residue: Schr "o der -> Schröder
+    # BibTeX umlaut residue: Schr "o der -> Schröder
+    t = re.sub(r'(\w) ?"([aouAOU]) ?(\w)',
+               lambda m: m.group(1) + unicodedata.normalize("NFC", m.group(2) + "\u0308") + m.group(3), t)
     return _WS.sub(" ", t).strip()
 
 
@@ -120,8 +121,8 @@ _URL = re.compile(r"(?:https?://|www\.)\S+|\b[\w.-]+\.(?:org|com|net|edu|gov|io)
 _MR = re.compile(r"\bMR\s*(?:MR\s*)?\d{5,8}(?:\s*\(\d{2,4}[a-z]?:\d+\))?")
 _BRACKET_DIGITS = re.compile(r"\[[^\[\]]*\d[^\[\]]*\]")
 _SUBJECT_CLASS = re.compile(rf"\[\s*(?:{_ARCHIVES})(?:\.[\w-]*)?\s*\]", re.I)  # "[hep-lat]", "[math.FA]"
-_LABELS = re.compile(r"\bURL\b.*$|\[Online\]\.?|\bAvailable(?: online)?\s*:|\bURL\b|\bascl:\d{4}\.\d{3,4}|\bISBN[:\s]*[\dX -]{10,17}"
-                     r"|\barXiv\s*:|\bdoi\s*:|\bDOI\b", re.I)
+_LABELS = re.compile(r"\bURL\b.*$|\[Online\]\.?|\bAvailable(?: online)?\s*:|\bascl:\d{4}\.\d{3,4}|"
+                     r"\bISBN[:\s]*[\dX -]{10,17}|\barXiv\s*:|\bdoi\s*:|\bDOI\b", re.I)
 
 
 def _valid_new_id(yymm: str, number: str) -> bool:
@@ -285,8 +286,8 @@ _VENUE_MARKER = re.compile(
     r"master's|thesis\b|dissertation\b|diploma\b|habilitation\b|tech(?:nical)?\.?\s*rep|report\b|rep\.|"
     r"accessed\b|available\b|retrieved\b|url\b|submitted\b|to appear\b|accepted\b|unpublished\b|in press\b|"
     r"in preparation\b|private communication\b|personal communication\b|talk\b|presented\b|lecture notes\b|"
-    r"npj\b|pearson\b|zenodo\b|github\b|software\b|(?-i:version)\b|v\d|release\b|ibid\b|springer\b|wiley\b|elsevier\b|"
-    r"academic press\b|world scientific\b|crc press\b|dover\b|north[- ]holland\b|birkh|pergamon\b|"
+    r"npj\b|pearson\b|zenodo\b|github\b|software\b|(?-i:version)\b|v\d|release\b|ibid\b|springer\b|wiley\b|"
+    r"elsevier\b|academic press\b|world scientific\b|crc press\b|dover\b|north[- ]holland\b|birkh|pergamon\b|"
     r"addison[- ]wesley\b|mcgraw[- ]hill\b|prentice[- ]hall\b|taylor\s*(?:&|and)\s*francis\b|siam\b|ams\b|"
     r"amer\. math|american mathematical society\b|cambridge univ|oxford univ|princeton univ|mit press\b|"
     r"university press\b|[\w-]+ university press\b|curran\b|ieee\b|acm\b|pmlr\b|jmlr\.org\b|openreview\b|"
@@ -302,7 +303,8 @@ _ABBREV = re.compile(rf"^(?:{U}{L}{{0,7}}\.|{L}{{1,5}}\.|{U}{L}{{0,7}}\.{U}{L}{{
 _CONNECT = {"of", "the", "and", "for", "in", "on", "de", "des", "der", "du", "und", "für", "et", "&", "d'", "la",
             "le", "di", "a", "an", "to", "y", "i", "fur", "del", "della", "van", "voor"}
 _JOURNAL_VOL = re.compile(
-    rf"^(?P<name>[^()\[\]]*?[^\W\d_.]\.?)(?:\s+|(?<=\.))(?P<vol>\d{{1,5}}[A-Za-z]?|[A-Z]{{1,2}}\d{{1,5}}|[IVXLC]{{1,6}})(?!\w|\.\d)"
+    rf"^(?P<name>[^()\[\]]*?[^\W\d_.]\.?)(?:\s+|(?<=\.))"
+    rf"(?P<vol>\d{{1,5}}[A-Za-z]?|[A-Z]{{1,2}}\d{{1,5}}|[IVXLC]{{1,6}})(?!\w|\.\d)"
     rf"(?:\s*\(\d{{1,4}}(?:[-–]\d{{1,4}})?\))?(?:\s*\({_YEAR}[a-z]?\))?"
     rf"(?:$|\s*[,:;.\d\[(]|\s+(?:no|nos|pp?|vol)\b).*$")
 _JOURNAL_YEAR = re.compile(rf"^(?P<name>[^()\[\]]*?[^\W\d_.]\.?)\s*\({_YEAR}[a-z]?\)(?:[\s,.].*)?$")
@@ -519,8 +521,9 @@ def _venue_follows(after: str) -> bool:
 
 _PUBLISHER_PAREN = re.compile(rf"\s\((?=[^()]*(?:{_YEAR}|Press|Publish|Springer|Wiley|Elsevier|Verlag|Univ|"
                               r"Scientific|Books|eds?\.|Ed\.|edited))")
-_IN_TITLE_CUT = re.compile(rf"\s(?:In:|in:|In\s(?=[A-Z\d])|in\s+(?:{U}\.\s?)+{U}|edited by|\((?:eds?\.?|editors?)\)|eds\.)|,\s*(?:volume|vol\.)\s*\d+\s+of\b"
-                           r"|,\s*(?:volume|vol\.?)\s*[\dIVX]+\b")
+# "In: ...", "in M.D. Kaplan and ... (editors)", "edited by", "(eds.)", ", volume 51 of ...", ", Vol. 7"
+_IN_TITLE_CUT = re.compile(rf"\s(?:In:|in:|In\s(?=[A-Z\d])|in\s+(?:{U}\.\s?)+{U}|edited by|"
+                           r"\((?:eds?\.?|editors?)\)|eds\.)|,\s*(?:volume|vol\.?)\s*[\dIVX]+\b")
 
 
 def title_and_venue(rest: str, comma_style: bool = False) -> tuple[str | None, str]:
@@ -539,9 +542,10 @@ def title_and_venue(rest: str, comma_style: bool = False) -> tuple[str | None, s
     if m:
         cut = m.start()
     segs = split_top(region[:cut])
+    after_region = rest[len(region):].lstrip(" .,") or None
     pos = 0
     for k, seg in enumerate(segs):
-        if k > 0 and is_venue_segment(seg, segs[k + 1] if k + 1 < len(segs) else rest[len(region):].lstrip(" .,") or None):
+        if k > 0 and is_venue_segment(seg, segs[k + 1] if k + 1 < len(segs) else after_region):
             cut = pos - 1
             break
         pos += len(seg) + 1
@@ -575,8 +579,6 @@ def clean_title(t: str | None) -> str | None:
         return None
     t = _WS.sub(" ", t).strip(" ,;:.-–—")
     t = t.strip("“”\"‘’' ").strip(" ,;:.")
-    if t.endswith("?") or t.endswith("!"):
-        pass
     letters = sum(c.isalpha() for c in t)
     if letters < 3 or not any(c.islower() for c in t) or len(t) > 400:
         return None
@@ -591,8 +593,8 @@ def clean_title(t: str | None) -> str | None:
         return None
     if journal_with_volume(t) or abbreviations_only(t) or _PAGES.search(t):
         return None
-    if _SERIES.search(t) and title_case(t) and len(t.split()) <= 6 and re.search(r"Library|Series|Lecture Notes|Monographs", t):
-        return None
+    if title_case(t) and len(t.split()) <= 6 and re.search(r"Library|Series|Lecture Notes|Monographs", t):
+        return None  # a book series, not the work
     for o, c in ("()", "[]", "“”"):
         if t.count(o) != t.count(c):
             return None
@@ -823,7 +825,8 @@ def parse_reference(raw: str | None, citing_year: int | None = None) -> ParsedRe
     if not text:
         return ParsedReference()
     text = first_work(text)
-    same_authors = bool(re.match(r"^\s*(?:[,—–-]|_{2,})", text))  # "——, Title" / ", Title": the previous authors
+    # "——, Title" / ", Title": the previous entry's authors
+    same_authors = bool(re.match(r"^\s*(?:[,—–-]|_{2,})", text))
     doi, arxiv, body = find_ids(text)
     parsed = (_quoted(body, citing_year) or _surname_first(body, citing_year)
               or _name_first(body.lstrip(" ,—–-_"), citing_year, same_authors))
