@@ -139,8 +139,10 @@ def main(argv=None) -> int:
     ok = sum(r["verdict"] == "ok" for r in checked)
     with_title = [r for r in checked if r["title"]]
     ok_titled = sum(r["verdict"] == "ok" for r in with_title)
+    formula = sum(r["verdict"] == "ok" and r["note"].startswith("formula dropped") for r in checked)
     print(f"{CHECK.name} matches the sample: {ok} of {len(checked)} ok (title = the work's title, or null); "
-          f"{len(with_title)} have a title, {ok_titled} of them right; {len(checked) - len(with_title)} null")
+          f"{len(with_title)} have a title, {ok_titled} of them right ({formula} of these lack a formula the "
+          f"string held as a placeholder); {len(checked) - len(with_title)} null")
     for r in checked:
         if r["verdict"] != "ok":
             print(f"  wrong: {r['paper_id']} {r['title']!r} ({r['note']})")
