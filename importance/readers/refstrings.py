@@ -765,9 +765,9 @@ def _names_then_period(seg: str) -> tuple[list[str], str] | None:
         before = seg[:m.start()].split()
         tok = before[-1] if before else ""
         prev = before[-2] if len(before) > 1 else ""
-        # "V. Vu." and "Ping Li." end a name; "Yu. Manin" and "Ph. Boucaud" start one
+        # "V. Vu." and "Ping Li." end a name; "Yu. Manin", "Ph. Boucaud", "S-E. Takahasi" start one
         name_start = not prev or prev in ("and", "&") or prev.endswith(",")
-        if re.fullmatch(rf"(?:{U}{L}?\.)*-?{U}", tok) or (re.fullmatch(rf"{U}{L}", tok) and name_start) \
+        if re.fullmatch(rf"(?:{U}{L}?[.-]-?)*{U}", tok) or (re.fullmatch(rf"{U}{L}", tok) and name_start) \
                 or tok in ("Jr", "Sr", "St"):
             continue
         if tok.lower() == "al" and not re.search(r"\bet\s+al$", seg[:m.start()]):
