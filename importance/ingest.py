@@ -6,7 +6,7 @@ sees small aggregates. Every input record ends in `papers` or `rejects`:
 - citance level (ScisummNet, CL-SciSumm): in-corpus citance -> references + mentions, else reject;
   citances landing on the same citing sentence for the same cited paper are one mention (the
   others are rejected as duplicates); citances are counted under their own source;
-- item level: references without any id or title, in-text citations to unknown references.
+- item level: references without any id, title or raw string, in-text citations to unknown references.
 Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the others rejected.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _internal_schemas():
                                          T.StructField("alt_ids", T.ArrayType(S))])
     ref = T.StructType([T.StructField(n, t) for n, t in [
         ("citing_id", S), ("ref_key", S), ("title", S), ("authors", author), ("year", T.IntegerType()),
-        ("doi", S), ("pmid", S), ("hint_id", S), ("title_norm", S), ("source_file", S)]])
+        ("doi", S), ("pmid", S), ("hint_id", S), ("title_norm", S), ("raw", S), ("source_file", S)]])
     mention = T.StructType([T.StructField(n, t) for n, t in [
         ("citing_id", S), ("ref_key", S), ("section_title", S), ("section_type", S),
         ("section_class", S), ("position", T.IntegerType()), ("source_file", S)]])
@@ -227,7 +227,7 @@ def build_tables(spark, raw) -> dict:
         F.lit(None).cast(schemas["ref"]["authors"].dataType).alias("authors"),
         F.lit(None).cast("int").alias("year"), F.lit(None).cast("string").alias("doi"),
         F.lit(None).cast("string").alias("pmid"), "hint_id", F.lit(None).cast("string").alias("title_norm"),
-        "source_file")
+        F.lit(None).cast("string").alias("raw"), "source_file")
     # Section of a citance: the first sentence of the citing paper that contains the citance's first or
     # last 40 letters, or that (if >= 40 letters long) lies inside the citance.
     c, s = cit_ok.alias("c"), sents.alias("s")

@@ -2,10 +2,13 @@
 
 Keys, in priority order: DOI, PMID, a known paper id (ScisummNet citances name the cited ACL id),
 normalised title + year. A key shared by several corpus papers resolves to the smallest paper_id.
-Unresolved references still get a cited_id: doi:<doi>, else pmid:<pmid>, else
-ref:<first 16 hex of sha1(normalised title|year)>, and become title-only `papers` rows
-(has_fulltext = false, source = the citing paper's source). A reference with neither an id nor a
-title is rejected ("reference without any id or title").
+Unresolved references still get a cited_id: doi:<doi>, else pmid:<pmid>, else the hint id
+(arxiv:<id>), else ref:<first 16 hex of sha1(normalised title|year)>, else, for an entry with
+neither id nor title but a raw reference string, ref:<first 16 hex of sha1(normalised raw string)>
+(raw_norm: lowercase, every run of characters other than letters and digits one space, trimmed),
+and become title-only `papers` rows (has_fulltext = false, source = the citing paper's source;
+title null when the entry has none). A reference with neither an id, a title nor a raw string is
+rejected ("reference without any id, title or raw string").
 """
 from __future__ import annotations
 
@@ -13,7 +16,22 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 SELF_REF_REASON = "reference to the citing paper itself"
-NO_ID_REASON = "reference without any id or title"
+NO_ID_REASON = "reference without any id, title or raw string"
+
+
+def raw_norm(col):
+    """A raw reference string as its fallback key: lowercase, every run of characters other than
+    letters and digits one space, trimmed (null stays null)."""
+    return F.trim(F.regexp_replace(F.lower(col), r"[^\p{L}\p{N}]+", " "))
+
+
+def raw_fallback_id(raw: str) -> str | None:
+    """The same key in Python (tests, tools): ref:<first 16 hex of sha1(raw_norm)>."""
+    import hashlib
+    import re
+
+    norm = re.sub(r"[^\w]+|_+", " ", (raw or "").lower()).strip()
+    return "ref:" + hashlib.sha1(norm.encode()).hexdigest()[:16] if norm else None
 
 
 def corpus_keys(papers: DataFrame) -> DataFrame:
@@ -29,7 +47,7 @@ def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, D
     """Return (references with cited_id and `resolved` flag, title-only papers, rejects).
 
     refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
-    title_norm, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source).
+    title_norm, raw, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source).
     """
     keys = corpus_keys(papers)
     cand = refs.select("citing_id", "ref_key", F.explode(F.array(
@@ -45,8 +63,9 @@ def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, D
     r = refs.join(hits, ["citing_id", "ref_key"], "left")
     fallback = F.when(F.col("title_norm").isNotNull(), F.concat(F.lit("ref:"), F.substring(
         F.sha1(F.concat("title_norm", F.lit("|"), F.coalesce(F.col("year").cast("string"), F.lit("")))), 1, 16)))
+    raw_fallback = F.when(raw_norm(F.col("raw")) != "", F.concat(F.lit("ref:"), F.substring(F.sha1(raw_norm(F.col("raw"))), 1, 16)))
     r = r.withColumn("cited_id", F.coalesce("resolved_id", F.concat(F.lit("doi:"), "doi"),
-                                             F.concat(F.lit("pmid:"), "pmid"), F.col("hint_id"), fallback))
+                                             F.concat(F.lit("pmid:"), "pmid"), F.col("hint_id"), fallback, raw_fallback))
     r = r.withColumn("resolved", F.col("resolved_id").isNotNull())
     # A reference to the citing paper's own id (eLife lists its own data sets under the article DOI)
     # is no citation; it is rejected rather than turned into a second, title-only row of that paper.

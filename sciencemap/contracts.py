@@ -26,6 +26,9 @@ AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", p
 # entry_shares_author (references): the entry's own author list shares an author with its citing
 # paper, decided once at ingest where both lists are in hand; the importance job re-decides S only
 # for references resolved to a full-text corpus paper (whose author list then counts).
+# raw (references): the reference string as written, when the input has one (unArXive bib_entry_raw,
+# S2ORC raw_text, a JATS mixed-citation's text), else null; `title` holds the title read from it or
+# null, never the raw string (METHODS.md §1.2.1).
 MESH = pa.struct([
     ("ui", pa.string()),             # descriptor UI (D000818) when known, else null
     ("name", pa.string()),           # descriptor name
@@ -50,7 +53,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("title", pa.string()), ("authors", pa.list_(AUTHOR)), ("author_keys", pa.list_(pa.string())),
         ("orcid_author_keys", pa.list_(pa.string())), ("entry_shares_author", pa.bool_()),
         ("year", pa.int32()),
-        ("doi", pa.string()), ("pmid", pa.string()),
+        ("doi", pa.string()), ("pmid", pa.string()), ("raw", pa.string()),
     ]),
     # One row per in-text citation (a mention of a reference inside a section).
     "mentions": pa.schema([

@@ -6,6 +6,11 @@ carries its top-level section (nested sections inherit it): title, sec-type, cla
 that section among the body's top-level blocks. Content placed directly under <body> (PMC articles
 with an untitled introduction) forms an untitled pseudo-section.
 
+References: element-citation / mixed-citation fields (article-title, person-group names, year,
+pub-id DOI/PMID); a reference year is kept only when plausible (1600 to the article's year + 1). A
+mixed-citation's text is the reference as written and goes to `raw`; a mixed-citation with no tagged
+parts at all (_TAGGED_PARTS) is split by importance.readers.refstrings like any raw string.
+
 fields = subject groups of article-meta/article-categories, never article types (subject_fields):
 groups typed as subjects or disciplines (PLOS "Discipline-v2": their own top-level subjects, an
 "A/B" path cut to "A"), and "heading" groups, which eLife uses for its subject areas (its article
@@ -28,6 +33,7 @@ from lxml import etree
 
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
                                        keyword_list, norm_doi, norm_title, parse_year)
+from importance.readers.refstrings import parse_reference, plausible_year
 from importance.section_model import BODY_WORDS
 from importance.sections import classify_sections, known_class
 
@@ -47,6 +53,11 @@ ARTICLE_TYPE_WORDS = frozenset('''
     primary proceedings protocol protocols rapid regular reply report reports research resource
     resources response retraction review reviews short software special studies study systematic
     technical the to tool tools'''.split())
+
+
+# Elements that make a mixed-citation structured; without any of them it is a plain string.
+_TAGGED_PARTS = ("article-title", "chapter-title", "source", "year", "person-group", "name", "string-name",
+                 "collab", "part-title", "data-title")
 
 
 def parse_xml(data: bytes, root_tag: str):
@@ -216,10 +227,20 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
                 break
         rauthors = [author(_text(n.find("surname")), _text(n.find("given-names")))
                     for n in (group if group is not None else cit).iter("name")]
+        ryear = plausible_year(parse_year(_text(cit.find(".//year"))), year)
+        # A mixed-citation is the reference as written: kept in `raw`; one that holds only text
+        # (no tagged title, source, year or names) is read like any raw reference string.
+        raw = _text(cit) if cit.tag == "mixed-citation" else None
+        hint = None
+        if raw and not any(True for _ in cit.iter(*_TAGGED_PARTS)):
+            parsed = parse_reference(raw, year)
+            rtitle, rauthors, ryear = parsed.title, parsed.authors, parsed.year
+            rdoi = rdoi or parsed.doi
+            hint = f"arxiv:{parsed.arxiv}" if parsed.arxiv else None
         out.append((REF, {
             "citing_id": paper_id, "ref_key": key, "title": rtitle, "authors": rauthors,
-            "year": parse_year(_text(cit.find(".//year"))), "doi": rdoi, "pmid": rpmid,
-            "hint_id": None, "title_norm": norm_title(rtitle), "source_file": path}))
+            "year": ryear, "doi": rdoi, "pmid": rpmid,
+            "hint_id": hint, "title_norm": norm_title(rtitle), "raw": raw, "source_file": path}))
 
     blocks = top_blocks(root.find("body"))
     titles = [b[0] for b in blocks]

@@ -19,8 +19,11 @@ Mentions: one per cite_span, in the paragraph's top-level section (the first com
 sec_number; unnumbered sections stand alone), classified by importance.sections heading rules with
 the position fallback; when the top-level heading matches no rule, the paragraph's own heading is
 tried. References: doi / pmid columns; an arXiv id (else PMC id) goes to hint_id ("arxiv:<id>") so
-that resolution can match corpus papers by it. unarXive bib entries have no structured title: a
-quoted title (“...”) is taken when present, otherwise the raw entry text stands in for the title.
+that resolution can match corpus papers by it. The reference string as written (`bib_entry_raw`,
+S2ORC `raw_text`) is kept in `raw`; when an entry has no structured title, authors or year (unArXive),
+they come from that string (importance.readers.refstrings, docs/METHODS.md §1.2.1), and so do a DOI
+and an arXiv id the structured ids lack. Years, structured or parsed, and the paper's own year are
+kept only when plausible: 1600 <= year <= citing year + 1 (the paper's own: current year + 1).
 """
 from __future__ import annotations
 
@@ -31,13 +34,12 @@ from dataclasses import dataclass, field
 from importance.fields import arxiv_fields
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
                                        norm_title, open_stream, parse_year, reject)
+from importance.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
 from importance.sections import classify_sections, known_class
 
 _ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
 _ARXIV_OLD = re.compile(r"\b([a-z\-]+(?:\.[A-Z]{2})?/\d{7})(?:v\d+)?\b")
-_QUOTED = re.compile(r"[“\"]\s*([^”\"]{8,}?)\s*[,.]?\s*[”\"]")
 _MARKUP = re.compile(r"\{\{(?:cite|formula|figure|table):[^}]*\}\}")
-_YEAR = re.compile(r"(?<!\d)(1[89]\d\d|20\d\d)(?!\d)")
 
 
 def norm_arxiv(text: str | None) -> str | None:
@@ -89,14 +91,16 @@ def parse(path: str, data: bytes, source: str):
 
 
 def _paper_year(meta: dict, arxiv: str | None) -> int | None:
+    """The first version's year, else metadata.year, else the year of a new-style arXiv id; only
+    a plausible one (refstrings.plausible_year without a citing year: up to the current year + 1)."""
     for v in meta.get("versions") or []:
-        y = parse_year((v or {}).get("created"))
+        y = plausible_year(parse_year((v or {}).get("created")))
         if y:
             return y
-    if meta.get("year"):
-        return parse_year(str(meta["year"]))
+    if meta.get("year") and plausible_year(parse_year(str(meta["year"]))):
+        return plausible_year(parse_year(str(meta["year"])))
     m = re.match(r"^(\d\d)(\d\d)\.", arxiv or "")
-    return 2000 + int(m.group(1)) if m else None
+    return plausible_year(2000 + int(m.group(1))) if m else None
 
 
 def _authors(meta: dict) -> list[dict]:
@@ -156,9 +160,10 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
     if not fields:  # not an arXiv paper, or one without categories
         fields = _fields_of_study(doc, meta) or ([clean_ws(doc["discipline"])] if doc.get("discipline") else [])
     venue = clean_ws(meta.get("journal-ref") or meta.get("venue") or meta.get("journal")) or ("arXiv" if arxiv else None)
+    year = _paper_year(meta, arxiv)
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": _authors(meta),
-        "year": _paper_year(meta, arxiv), "venue": venue, "fields": fields, "keywords": [], "mesh": [],
+        "year": year, "venue": venue, "fields": fields, "keywords": [], "mesh": [],
         "source": source,
         "has_fulltext": True, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
         "alt_ids": alt_ids})]
@@ -166,7 +171,7 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
                    "no field from it", source, level="item") for c in unknown]
 
     for key, bib in (doc.get("bib_entries") or {}).items():
-        out.append((REF, _reference(paper_id, key, bib or {}, path)))
+        out.append((REF, _reference(paper_id, key, bib or {}, path, year)))
 
     sections = top_sections(doc.get("body_text") or [])
     titles = [sec.title for sec in sections]
@@ -230,14 +235,15 @@ def _first(v):
     return v
 
 
-def _reference(citing: str, key: str, bib: dict, path: str) -> dict:
+def _reference(citing: str, key: str, bib: dict, path: str, citing_year: int | None = None) -> dict:
+    """One reference row: structured S2ORC fields when the entry has them, else what the raw string
+    gives (module docstring); ids from the structured fields first, then from the string."""
     ids = bib.get("ids") or {}
     other = bib.get("other_ids") or {}  # S2ORC: {"DOI": [...], "ArXiv": [...], "PubMed": [...]}
-    raw = clean_ws(_MARKUP.sub(" ", bib.get("bib_entry_raw") or "")) or None
+    raw = clean_ws(bib.get("bib_entry_raw") or bib.get("raw_text")) or None
+    structured = bool(clean_ws(bib.get("title")) or bib.get("authors") or bib.get("year"))
+    parsed = parse_reference(raw, citing_year) if raw and not structured else None
     doi = norm_doi(ids.get("doi") or _first(other.get("DOI")))
-    if not doi and raw:
-        m = re.search(r"(?:doi[:\s]*|doi\.org/)(10\.\d{4,9}/\S+)", raw, re.I)
-        doi = norm_doi(m.group(1)) if m else None
     pmid = _trailing_number(ids.get("pubmed_id") or _first(other.get("PubMed")))
     arxiv = norm_arxiv(ids.get("arxiv_id") or _first(other.get("ArXiv")))
     if not arxiv:
@@ -245,22 +251,19 @@ def _reference(citing: str, key: str, bib: dict, path: str) -> dict:
             arxiv = norm_arxiv(c.get("id") if isinstance(c, dict) else c)
             if arxiv:
                 break
-    if not arxiv and raw and re.search(r"arxiv", raw, re.I):
-        arxiv = norm_arxiv(raw[re.search(r"arxiv", raw, re.I).start():])
+    if raw and not (doi and arxiv):  # ids written in the string
+        sdoi, sarxiv = (parsed.doi, parsed.arxiv) if parsed else find_ids(first_work(clean_raw(raw)))[:2]
+        doi, arxiv = doi or sdoi, arxiv or sarxiv
     pmc = _trailing_number(ids.get("pmc_id") or _first(other.get("PubMedCentral")))
     hint = f"arxiv:{arxiv}" if arxiv else (f"pmc:{pmc}" if pmc else None)
 
-    title = clean_ws(bib.get("title"))
-    if not title and raw:
-        m = _QUOTED.search(raw)
-        title = clean_ws(m.group(1)) if m else raw
-    year = bib.get("year")
-    if isinstance(year, int):
-        year = year if 1500 <= year <= 2100 else None
+    if parsed is not None:
+        title, year, authors = parsed.title, parsed.year, parsed.authors
     else:
-        years = _YEAR.findall(raw or "")
-        year = int(years[-1]) if years else None  # entries end with the year far more often than start
-    authors = [author(a.get("last"), " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip() or None)
-               for a in bib.get("authors") or [] if isinstance(a, dict) and a.get("last")]
+        title = clean_ws(bib.get("title"))
+        year = plausible_year(parse_year(str(bib.get("year") or "")), citing_year)
+        authors = [author(a.get("last"), " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip() or None)
+                   for a in bib.get("authors") or [] if isinstance(a, dict) and a.get("last")]
     return {"citing_id": citing, "ref_key": str(key), "title": title, "authors": authors, "year": year,
-            "doi": doi, "pmid": pmid, "hint_id": hint, "title_norm": norm_title(title), "source_file": path}
+            "doi": doi, "pmid": pmid, "hint_id": hint, "title_norm": norm_title(title), "raw": raw,
+            "source_file": path}

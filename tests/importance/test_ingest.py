@@ -1,10 +1,12 @@
 """The ingest stage on Spark: every input record is a paper or a reject, references resolve."""
 import json
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
 from importance.ingest import IngestConfig, run_ingest
+from importance.resolve import raw_fallback_id
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 
@@ -25,10 +27,15 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     # plus one truncated line (a record reject).
     doc = json.loads(lines[3])
     doc["paper_id"], doc["metadata"]["id"] = "2212.99999", "2212.99999"
+    # k2: a bibliography entry that is only a string with no id and no title (a footnote, real text
+    # of 2212.11773): it must survive as a cited-only paper with a null title, keyed by its raw string.
+    footnote = ("We did not show the MRE for Tully's model I and the two pyrazine models, because it always "
+                "remained very small throughout the dynamics, never exceeding a value of 0.035.")
     doc["bib_entries"] = {"k1": {"bib_entry_raw": "Someone. A paper. 2022.", "contained_arXiv_ids": [],
-                                 "ids": {"arxiv_id": "2212.11827", "doi": ""}}}
+                                 "ids": {"arxiv_id": "2212.11827", "doi": ""}},
+                          "k2": {"bib_entry_raw": footnote, "contained_arXiv_ids": [], "ids": {}}}
     doc["body_text"] = [{"section": "Methods", "sec_number": "2", "sec_type": "section", "text": "x",
-                         "cite_spans": [{"ref_id": "k1"}, {"ref_id": "k1"}]}]
+                         "cite_spans": [{"ref_id": "k1"}, {"ref_id": "k1"}, {"ref_id": "k2"}]}]
     ux = tmp_path / "ux"
     ux.mkdir()
     (ux / "a.jsonl").write_bytes((d / "unarxive-4.jsonl").read_bytes())
@@ -61,10 +68,21 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     ments = pq.read_table(layout.table("mentions")).to_pandas()
     refs = pq.read_table(layout.table("references")).to_pandas()
     ux_ments = ments[ments.citing_id.str.startswith("arxiv:")]
-    assert len(ux_ments) == n_spans + 2  # every cite_span of the real lines resolves to its bib entry
-    hit = refs[(refs.citing_id == "arxiv:2212.99999")]
-    assert hit.cited_id.tolist() == ["arxiv:2212.11827"]
+    assert len(ux_ments) == n_spans + 3  # every cite_span of the real lines resolves to its bib entry
+    hit = refs[(refs.citing_id == "arxiv:2212.99999")].sort_values("ref_key")
+    assert hit.cited_id.tolist() == ["arxiv:2212.11827", raw_fallback_id(footnote)]
     papers = pq.read_table(layout.table("papers")).to_pandas()
+    # raw reference strings: their own column, never the title; the raw-only entry is a cited-only
+    # paper with a null title; no year outside [1600, citing year + 1]
+    assert pq.read_schema(next(layout.table("references").glob("*.parquet"))).field("raw").type == "string"
+    ux_refs = refs[refs.citing_id.str.startswith("arxiv:")]
+    assert ux_refs.raw.notna().all() and not (ux_refs.title == ux_refs.raw).any()
+    k2 = hit[hit.ref_key == "k2"].iloc[0]
+    assert k2.raw == footnote and pd.isna(k2.title) and pd.isna(k2.year)
+    only = papers[papers.paper_id == raw_fallback_id(footnote)].iloc[0]
+    assert pd.isna(only.title) and not only.has_fulltext and only.source == "unarxive"
+    assert ux_refs.year.dropna().between(1600, 2023).all()
+    assert refs[refs.citing_id == "doi:10.1289/ehp.11570"].raw.isna().all()  # element-citations: no string
     med = papers[papers.paper_id == "pmid:29768149"].iloc[0]
     assert med.source == "medline" and not med.has_fulltext and len(med.mesh) == 23
     # keywords through Spark: the readers' lists (MEDLINE KeywordList and OT, JATS untyped kwd-group);

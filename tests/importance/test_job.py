@@ -60,7 +60,7 @@ def test_counts_add_up(run):
     assert ps["elife"]["papers_corpus"] == 13
     assert ps["elife"]["rejects"]["duplicate paper id"] == 1
     assert ps["elife"]["rejects"]["empty file"] == 1
-    assert ps["elife"]["rejects"]["reference without any id or title"] >= 1
+    assert ps["elife"]["rejects"]["reference without any id, title or raw string"] >= 1
     assert any(r.startswith("truncated or corrupt gzip") for r in ps["elife"]["rejects"])
     assert ps["pubmed"]["input_records"] == 201 and ps["pubmed"]["papers_corpus"] == 200
     assert ps["pubmed"]["rejects"] == {"duplicate paper id": 1}

@@ -105,3 +105,18 @@ def test_jats_fields_are_subjects_never_article_types(repo_root, parse_data, of_
     </article-categories></article-meta></front></article>"""
     (p,) = of_kind(list(parse_file("jats", "pmc", "h.nxml", xml)), "paper")
     assert p["fields"] == ["Evolutionary Biology", "Computational Biology", "Ecology", "Clinical Oncology"]
+
+
+def test_pmc_text_only_mixed_citations_are_raw_strings(parse_data, of_kind):
+    # pntd.0002065 mixes text-only mixed-citations (PLOS style) with tagged ones
+    refs = of_kind(parse_data("jats", "pntd.0002065.nxml.gz", "pmc"), "ref")
+    assert all(r["raw"] for r in refs)  # every mixed-citation keeps its text as written
+    text_only = next(r for r in refs if r["raw"].startswith("Murphy FA, Gibbs EPJ"))
+    assert (text_only["title"], text_only["year"]) == ("Veterinary Virology", 1999)
+    assert [a["family"] for a in text_only["authors"]] == ["Murphy", "Gibbs", "Horzinek", "Studdert"]
+    assert text_only["title_norm"] == "veterinary virology"
+    chapter = next(r for r in refs if r["raw"].startswith("Swanepoel R, Coetzer JAW"))
+    assert (chapter["title"], chapter["year"]) == ("Rift Valley fever", 2004)
+    tagged = next(r for r in refs if r["raw"].startswith("RichKM"))  # tagged parts win over the text
+    assert tagged["title"].startswith("An assessment of the regional and national socio-economic impacts")
+    assert [a["family"] for a in tagged["authors"]] == ["Rich", "Wanyoike"] and tagged["year"] == 2010

@@ -94,3 +94,44 @@ def test_s2orc_fields_without_arxiv_categories_and_unknown_categories(of_kind):
                                                              ["Astrophysics"]]
     (rej,) = of_kind(recs, "reject")
     assert rej["level"] == "item" and rej["record_id"] == "arxiv:2212.00002" and "'nope.XX'" in rej["reason"]
+
+
+def test_unarxive_raw_strings_give_title_year_ids_never_the_raw_string(parse_data, of_kind, test_data):
+    raw = [json.loads(line) for line in (test_data / "unarxive-4.jsonl").read_text().splitlines()]
+    refs = of_kind(parse_data("unarxive", "unarxive-4.jsonl", "unarxive"), "ref")
+    by_key = {(r["citing_id"], r["ref_key"]): r for r in refs}
+    for d in raw:
+        for key, bib in d["bib_entries"].items():
+            r = by_key[(f"arxiv:{d['paper_id']}", key)]
+            assert r["raw"] == " ".join(bib["bib_entry_raw"].split())  # the string as written, in its own column
+            assert r["title"] != r["raw"] and (r["year"] is None or 1600 <= r["year"] <= 2023)
+    # real entries of 2212.11825 (hep-ph, no titles) and 2212.11813 (Elsevier numbered, titles)
+    r = by_key[("arxiv:2212.11825", next(k for k, b in raw[2]["bib_entries"].items()
+                                         if b["bib_entry_raw"].startswith("L. Y. Glozman, Int. J.")))]
+    assert (r["title"], r["year"], r["doi"], r["hint_id"]) == (None, 2021, "10.1142/s0217751x20440315",
+                                                                "arxiv:1907.01820")
+    r = next(r for r in refs if r["raw"].startswith("T. McLoughlin, R. S. Laramee"))
+    assert r["title"] == "Over Two Decades of Integration-Based, Geometric Flow Visualization" and r["year"] == 2010
+    assert [a["family"] for a in r["authors"]] == ["McLoughlin", "Laramee", "Peikert", "Post", "Chen"]
+    assert r["title_norm"] == "over two decades of integration based geometric flow visualization"
+
+
+def test_s2orc_structured_fields_win_and_years_must_be_plausible(of_kind):
+    base = {"metadata": {"title": "T", "year": 2020}, "body_text": []}
+    bib = {"B0": {"title": "Structured title", "year": 2099, "authors": [{"first": "A", "last": "Bee"}],
+                  "raw_text": "A. Bee, A raw title, J. Phys. 1, 2 (2019), arXiv:1911.05957.", "other_ids": {}},
+           "B1": {"bib_entry_raw": "C. Dee, Another work, Phys. Rev. D 12, 2041 (2027) doi:10.3847/2041-8213/x1",
+                  "ids": {}}}
+    docs = [dict(base, paper_id="1", bib_entries=bib),
+            {"paper_id": "2", "metadata": {"title": "U", "year": 2095}, "body_text": [], "bib_entries": {}}]
+    recs = list(parse_file("s2orc", "s2orc", "s.jsonl", "\n".join(json.dumps(d) for d in docs).encode()))
+    refs = {r["ref_key"]: r for r in of_kind(recs, "ref")}
+    b0, b1 = refs["B0"], refs["B1"]
+    # structured fields kept (the structured year 2099 is implausible for a 2020 paper: dropped);
+    # the arXiv id the structured ids lack comes from the raw string, which is kept as written
+    assert (b0["title"], b0["year"], b0["hint_id"], b0["raw"]) == ("Structured title", None, "arxiv:1911.05957",
+                                                                   bib["B0"]["raw_text"])
+    assert [a["family"] for a in b0["authors"]] == ["Bee"]
+    # raw only: parsed; (2027) is beyond the citing year + 1, 2041 is a page, the DOI prefix is no year
+    assert (b1["title"], b1["year"], b1["doi"]) == ("Another work", None, "10.3847/2041-8213/x1")
+    assert [p["year"] for p in of_kind(recs, "paper")] == [2020, None]  # a paper year of 2095 is dropped
