@@ -184,18 +184,23 @@ class SectionModel:
         return [self.classes[j] for j in reversed(path)]
 
     def save(self, path: str | Path) -> None:
+        """npz: the vocabulary as one newline-joined UTF-8 string (a NumPy string array would pad
+        every feature to the longest), weights in float16 (their rounding moves no decision on the
+        development set: bench/section_f1.py classifies with the saved file)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, vocab=np.array(sorted(self.index, key=self.index.get)), weights=self.weights,
+        vocab = "\n".join(sorted(self.index, key=self.index.get)).encode()
+        np.savez_compressed(tmp, vocab=np.frombuffer(vocab, dtype=np.uint8), weights=self.weights.astype(np.float16),
                             bias=self.bias, classes=np.array(self.classes), transitions=self.transitions,
-                            meta=np.array(json.dumps(self.meta)))
+                            meta=np.frombuffer(json.dumps(self.meta).encode(), dtype=np.uint8))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "SectionModel":
         with np.load(path, allow_pickle=False) as z:
-            return cls(z["vocab"].tolist(), z["weights"], z["bias"], z["classes"].tolist(), z["transitions"],
-                       json.loads(str(z["meta"])))
+            vocab = z["vocab"].tobytes().decode().split("\n")
+            return cls(vocab, z["weights"].astype(np.float32), z["bias"], z["classes"].tolist(), z["transitions"],
+                       json.loads(z["meta"].tobytes().decode()))
 
 
 @lru_cache(maxsize=1)

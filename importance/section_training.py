@@ -25,7 +25,6 @@ import hashlib
 import io
 import json
 import pickle
-import re
 import sys
 import tarfile
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from importance.section_model import MODEL_FILE, SectionModel, features, neighbour_classes, section_number
-from importance.sections import CLASSES, class_from_heading, class_from_sec_type, heading_kind, normalise_heading
+from importance.sections import CLASSES, class_from_sec_type, known_class
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data"
@@ -97,42 +96,6 @@ def labelled_jats(data_dir: Path) -> list[Section]:
     return out
 
 
-# Headings that name their class beyond the IMRaD keywords: the whole heading (numbering stripped,
-# an article or "our" allowed in front) is one of these. Used for training labels only; at
-# prediction time such headings are features like any other words.
-_ART = r"(?:(?:the|our|a|an|proposed|basic)\s)?"
-TRAINING_HEADINGS = {
-    "I": r"motivation|related (?:research|works?)|previous (?:approaches|research)|past work|relevant work|"
-         r"literature (?:survey|review)|state of the art",
-    "M": r"experimental (?:setup|set-up|settings?|design|framework|data|procedures?)|evaluation (?:setup|set-up|"
-         r"metrics|measures|framework)|models?|decoding|features?|feature (?:representation|set|functions)|"
-         r"approach(?:es)?|approach overview|training|data(?: ?sets?)?|data (?:collection|preparation)|"
-         r"algorithms?|learning algorithm|preliminaries|definitions?|notation|system (?:description|architecture|"
-         r"overview)|architecture|implementation|inference|parameter estimation|corpus|corpora|corpus statistics|"
-         r"task (?:description|definition)|task|problem (?:description|formulation|definition|statement)|"
-         r"resources|preprocessing|probability model|framework|method(?:ology)? overview|formulation",
-    "R": r"experiments?|experimentation|(?:experimental|empirical|human|automatic|intrinsic|extrinsic) evaluation|"
-         r"evaluation|(?:error )?analysis|experiments and (?:analysis|evaluation)|(?:experimental|empirical) "
-         r"study|[a-z]+ experiments|comparison|evaluation and (?:analysis|comparison)|numerical "
-         r"(?:experiments|simulations)|simulations",
-    "D": r"future (?:work|directions)|further (?:work|research)|summary(?: and (?:future work|outlook))?|"
-         r"discussions|outlook|limitations|final remarks",
-}
-_TRAINING_HEADINGS = {c: re.compile(_ART + "(?:" + p + ")") for c, p in TRAINING_HEADINGS.items()}
-
-
-def class_for_training(title: str | None) -> str | None:
-    """The training label a heading gives: the keyword rules for an IMRaD keyword heading, else
-    one of TRAINING_HEADINGS matched by the whole heading; None for anything else."""
-    if heading_kind(title) == "keyword":
-        return class_from_heading(title)
-    h = normalise_heading(title)
-    for cls, rx in _TRAINING_HEADINGS.items():
-        if rx.fullmatch(h):
-            return cls
-    return None
-
-
 def _keyword_labelled(corpus: str, paper_id: str, secs: list[tuple[str | None, str]], abstract: str | None):
     """Sections whose heading names their class, plus the abstract as an untitled block 0 (O)."""
     out = []
@@ -140,7 +103,7 @@ def _keyword_labelled(corpus: str, paper_id: str, secs: list[tuple[str | None, s
     if abstract:  # as the untitled first block that older papers have (positions unchanged)
         out.append(Section(corpus, paper_id, 0, len(secs), None, abstract, "O", "abstract", ("-", near[0][1])))
     for i, (title, text) in enumerate(secs):
-        label = class_for_training(title)
+        label = known_class(None, title)
         if label:
             out.append(Section(corpus, paper_id, i, len(secs), title, text, label, "heading", near[i]))
     return out
@@ -203,7 +166,8 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
         return labelled_sections(data_dir)
     files = [data_dir / ELIFE_TAR, data_dir / SCISUMMNET_TAR, data_dir / CLSCISUMM_TAR, data_dir / UNARXIVE_TAR,
              *sorted((data_dir / PMC_DIR).glob("*.nxml")), Path(__file__), REPO / "importance/readers/jats.py",
-             REPO / "importance/readers/scisummnet.py", REPO / "importance/readers/s2orc.py"]
+             REPO / "importance/readers/scisummnet.py", REPO / "importance/readers/s2orc.py",
+             REPO / "importance/sections.py"]
     key = hashlib.sha1(json.dumps([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
     path = cache / f"section_examples-{key[:16]}.pkl"
     if path.exists():
@@ -261,8 +225,9 @@ def training_rows(sections: list[Section]) -> list[tuple[list[str], str, str]]:
 @dataclass
 class TrainSettings:
     C: float = 0.7          # inverse L2 strength of the logistic regression
-    min_count: int = 2      # a feature kept if it occurs in at least this many training rows
+    min_count: int = 5      # a feature kept if it occurs in at least this many training rows
     max_iter: int = 2000
+    hand_weight: float = 2.0  # the hand labels' share of the total weight, relative to one corpus's free labels
 
 
 def fit(sections: list[Section], settings: TrainSettings = TrainSettings()) -> SectionModel:
@@ -282,7 +247,7 @@ def fit(sections: list[Section], settings: TrainSettings = TrainSettings()) -> S
     # Each weight group weighs the same in total, then each class the same.
     corpus = np.array([c for _, _, c in rows])
     sizes = Counter(corpus.tolist())
-    w = np.array([1.0 / sizes[c] for c in corpus])
+    w = np.array([(settings.hand_weight if c == "hand" else 1.0) / sizes[c] for c in corpus])
     for lab in np.unique(y):
         w[y == lab] /= w[y == lab].sum()
     w *= len(rows) / w.sum()
@@ -344,9 +309,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=None, help="folder for the parsed sections (re-runs)")
     ap.add_argument("--C", type=float, default=TrainSettings.C)
     ap.add_argument("--min-count", type=int, default=TrainSettings.min_count)
+    ap.add_argument("--hand-weight", type=float, default=TrainSettings.hand_weight)
     a = ap.parse_args(argv)
     t0 = time.time()
-    model = train(a.data, a.hand, a.dev, cache=a.cache, settings=TrainSettings(C=a.C, min_count=a.min_count))
+    model = train(a.data, a.hand, a.dev, cache=a.cache, settings=TrainSettings(C=a.C, min_count=a.min_count, hand_weight=a.hand_weight))
     model.save(a.out)
     print(json.dumps(model.meta, indent=1))
     print(f"{model.meta['features']} features, {a.out} ({a.out.stat().st_size / 1e6:.2f} MB), {time.time() - t0:.1f} s")

@@ -59,7 +59,7 @@ HEADING_RULES: list[tuple[str, str]] = [
 ]
 _COMPILED = [(cls, order, re.compile(r"\b(?:" + pat + r")\b")) for order, (cls, pat) in enumerate(HEADING_RULES)]
 # Leading numbering: "1", "2.3.", "IV.", "A." (roman/alpha only when followed by a dot or bracket).
-_NUMBERING = re.compile(r"^\s*(?:(?:\d+(?:\.\d+)*|[ivxlc]+|[a-z])[.)]|\d+(?:\.\d+)*)\s*", re.I)
+_NUMBERING = re.compile(r"^\s*(?:\d+(?:\.\d+)*[.)]?|(?:[ivxlc]+|[a-z])[.)])\s*", re.I)
 
 
 def normalise_heading(title: str | None) -> str:
@@ -119,13 +119,48 @@ def class_from_heading(title: str | None) -> str | None:
     return best[1] if best else None
 
 
+# Headings that name their class beyond the IMRaD keywords: the whole heading (numbering stripped;
+# an article, "our", "proposed" or "basic" allowed in front) is one of these. Like the keyword
+# headings they fix a section's class; they also give the classifier's free training labels.
+_LEAD = r"(?:(?:the|our|a|an|proposed|basic)\s)?"
+UNAMBIGUOUS_HEADINGS = {
+    "I": r"motivation|related (?:research|works?)|previous (?:approaches|research)|past work|relevant work|"
+         r"literature (?:survey|review)|state of the art",
+    "M": r"experimental (?:setup|set-up|settings?|design|framework|data|procedures?)|evaluation (?:setup|set-up|"
+         r"metrics|measures|framework)|models?|decoding|features?|feature (?:representation|set|functions)|"
+         r"approach(?:es)?|approach overview|training|data(?: ?sets?)?|data (?:collection|preparation)|"
+         r"algorithms?|learning algorithm|preliminaries|definitions?|notation|system (?:description|architecture|"
+         r"overview)|architecture|implementation|inference|parameter estimation|corpus|corpora|corpus statistics|"
+         r"task (?:description|definition)|task|problem (?:description|formulation|definition|statement)|"
+         r"resources|preprocessing|probability model|framework|method(?:ology)? overview|formulation",
+    "R": r"experiments?|experimentation|(?:experimental|empirical|human|automatic|intrinsic|extrinsic) evaluation|"
+         r"evaluation|(?:error )?analysis|experiments and (?:analysis|evaluation)|(?:experimental|empirical) "
+         r"study|[a-z]+ experiments|comparison|evaluation and (?:analysis|comparison)|numerical "
+         r"(?:experiments|simulations)|simulations",
+    "D": r"future (?:work|directions)|further (?:work|research)|summary(?: and (?:future work|outlook))?|"
+         r"discussions|outlook|limitations|final remarks",
+}
+_UNAMBIGUOUS = {c: re.compile(_LEAD + "(?:" + p + ")") for c, p in UNAMBIGUOUS_HEADINGS.items()}
+
+
+def class_from_unambiguous_heading(title: str | None) -> str | None:
+    """The class of a heading that is, as a whole, one of UNAMBIGUOUS_HEADINGS ("4 Experiments"
+    -> R, "Our Approach" -> M); None otherwise."""
+    h = normalise_heading(title)
+    for cls, rx in _UNAMBIGUOUS.items():
+        if h and rx.fullmatch(h):
+            return cls
+    return None
+
+
 def known_class(sec_type: str | None, title: str | None) -> str | None:
     """The class a section's labels state outright: its JATS sec-type, else a keyword heading
-    (heading_kind "keyword") by the heading rules; None when only the model can tell."""
+    (heading_kind "keyword") by the heading rules, else an unambiguous heading; None when only the
+    model can tell."""
     cls = class_from_sec_type(sec_type)
     if cls is None and heading_kind(title) == "keyword":
         cls = class_from_heading(title)
-    return cls
+    return cls or class_from_unambiguous_heading(title)
 
 
 def _position_fallback(title: str | None, position: int | None) -> str:

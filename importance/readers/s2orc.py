@@ -206,20 +206,54 @@ class TopSection:
 
 
 def top_sections(paras: list) -> list[TopSection]:
-    """Paragraphs grouped by top-level section, in order of first appearance: the first component
-    of sec_number; unnumbered paragraphs ("-1", "") by their own heading. The title is the heading
-    of the section's own (unnested) paragraphs."""
-    sections: dict[str, TopSection] = {}
+    """Paragraphs grouped by top-level section, in order of first appearance.
+
+    unArXive types its paragraphs (sec_type "section", "subsection", "subsubsection", "" for
+    paragraph-level text) and numbers subsections either in full ("2.1") or within their parent
+    ("1", "2"). In a typed document each section-type paragraph starts (or continues) a top-level
+    section, by heading and number, and every other paragraph belongs to the section before it,
+    except where the subsections show that an unseen section began (a section whose text is all
+    in subsections has no paragraph of its own): a full number naming another parent ("3.1" in
+    section 2), or a within-parent number that starts again ("1" after "3"). Such a section is
+    untitled. Untyped documents (S2ORC) group by the first component of sec_number, unnumbered
+    paragraphs ("-1", "") by their own heading. A section's title is the heading of its own
+    (unnested) paragraphs."""
+    typed = any(isinstance(p, dict) and p.get("sec_type") == "section" for p in paras)
+    sections: dict[object, TopSection] = {}
+    current: TopSection | None = None
+    parent = last_sub = None  # the current section's number; its last subsection's number
     for p in paras:
         if not isinstance(p, dict):
             continue
         own = clean_ws(_MARKUP.sub(" ", p.get("section") or "")) or None
         num = str(p.get("sec_number") or "").strip()
-        key = ("n:" + num.split(".")[0]) if num and num != "-1" else ("t:" + (own or ""))
+        if typed:
+            if p.get("sec_type") == "section":
+                key: object = ("section", own, num)
+                parent, last_sub = num, None
+            elif current is None:
+                key = ("t:" + (own or ""))
+            else:
+                if p.get("sec_type") == "subsection" and num and num != "-1":
+                    head, _, rest = num.partition(".")
+                    restarted = (rest and head != parent) or (not rest and head.isdigit() and last_sub is not None
+                                                               and last_sub.isdigit() and int(head) < int(last_sub))
+                    if restarted:
+                        current = TopSection(None)
+                        sections[("unseen", len(sections))] = current
+                        parent = head if rest else None
+                    last_sub = rest.split(".")[0] if rest else head
+                current.paragraphs.append((p, own))
+                continue
+            nested = False
+        else:
+            key = ("n:" + num.split(".")[0]) if num and num != "-1" else ("t:" + (own or ""))
+            nested = "." in num
         sec = sections.setdefault(key, TopSection(None))
-        if "." not in num and sec.title is None:  # the section's own paragraphs name it
+        if not nested and sec.title is None:  # the section's own paragraphs name it
             sec.title = own
         sec.paragraphs.append((p, own))
+        current = sec
     return list(sections.values())
 
 

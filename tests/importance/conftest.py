@@ -2,6 +2,7 @@
 tests/data/clscisumm (the reader test and the ingest test check the same facts against it)."""
 from __future__ import annotations
 
+import html
 import re
 from types import SimpleNamespace
 
@@ -9,19 +10,20 @@ import pytest
 from lxml import etree
 
 from importance.readers.common import clean_ws
-from importance.sections import classify_section
+from importance.sections import classify_sections
 
 
 def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:
     """Independent expectation: the SECTION holding each sid, via lxml XPath on a recovering parse."""
     root = etree.fromstring(xml, etree.XMLParser(recover=True))
     secs = root.findall("SECTION")
+    titles = [clean_ws(s.get("title")) for s in secs]
+    classes = classify_sections(titles, [html.unescape(" ".join(s.xpath(".//S//text()"))) for s in secs])
     out = []
     for sid in sids:
-        hit = [(i, s) for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
+        hit = [i for i, s in enumerate(secs) if s.xpath(f".//S[@sid='{sid}']")]
         if hit:
-            title = clean_ws(hit[0][1].get("title"))
-            out.append((title, classify_section(None, title, hit[0][0])))
+            out.append((titles[hit[0]], classes[hit[0]]))
         else:
             out.append((None, "O"))
     return out

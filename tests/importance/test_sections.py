@@ -1,9 +1,12 @@
 import gzip
 
+import numpy as np
 import pytest
 
-from importance.sections import (class_from_heading, class_from_sec_type, classify_section,
-                                 heading_rules_vs_sec_type, macro_f1)
+from importance.section_model import SectionModel, default_model, features, neighbour_classes, section_number
+from importance.section_training import DEFAULT_DEV, DEFAULT_HAND, TrainSettings, fit, read_labelled, training_rows
+from importance.sections import (class_from_heading, class_from_sec_type, classify_section, classify_sections,
+                                 heading_kind, heading_rules_vs_sec_type, known_class, macro_f1)
 
 
 @pytest.mark.parametrize("title,cls", [
@@ -16,14 +19,117 @@ def test_heading_rules(title, cls):
     assert class_from_heading(title) == cls
 
 
-def test_sec_type_then_heading_then_position():
-    assert class_from_sec_type("materials|methods") == "M"
+@pytest.mark.parametrize("title,kind", [
+    (None, "empty"), ("", "empty"), (" . ", "empty"), ("2.", "numbered"), ("3.1", "numbered"), ("IV.", "numbered"),
+    ("4 Experiments", "other"), ("Our Approach", "other"), ("1 Introduction", "keyword"),
+    ("Conclusions and Future Work", "keyword"), ("Acknowledgments", "keyword"), ("5 Related work", "keyword"),
+])
+def test_heading_kind(title, kind):
+    assert heading_kind(title) == kind
+
+
+@pytest.mark.parametrize("title,num", [("3 Our approach", 3), ("2.", 2), ("10.1 Model Estimation", 10),
+                                       ("IV. Results", 4), ("Results", None), (None, None), ("A Stochastic", None)])
+def test_section_number(title, num):
+    assert section_number(title) == num
+
+
+def test_known_class_order():
+    # sec-type first, then a keyword heading; other headings leave the class to the model
+    assert known_class("intro", "Something else") == "I"
+    assert known_class("materials|methods", None) == "M"
     assert class_from_sec_type("results|discussion") == "R"
+    assert known_class(None, "6 Conclusion") == "D"
+    # headings that are, as a whole, an unambiguous name of a class fix it too
+    assert known_class(None, "4 Experiments") == "R" and known_class(None, "Our Approach.") == "M"
+    assert known_class(None, "2.1 Experimental setup") == "M" and known_class(None, "6 Future work") == "D"
+    assert known_class(None, "3 Summarization Models") is None  # more than a class name: the model decides
+    assert known_class(None, "2.") is None
     assert classify_section("intro", "Something else", 3) == "I"
     assert classify_section(None, "Discussion", 3) == "D"
+
+
+def test_neighbour_classes():
+    titles = ["1 Introduction", "2.", "3 Our model", "4 Conclusion", "Acknowledgments", None]
+    assert neighbour_classes(titles) == [("-", "D"), ("I", "D"), ("I", "D"), ("I", "O"), ("D", "-"), ("O", "-")]
+
+
+def test_features_cover_heading_text_and_place():
+    f = features("3 Our Approach", "In this section we describe the model. " * 40, 2, 6, ("I", "D"))
+    assert {"h:our", "h:approach", "hk:other", "num:3", "pos:2", "nb:I", "na:D", "nba:ID"} <= set(f)
+    assert "o:in_this_section_we" in f and any(x.startswith("t:") for x in f)  # opening and the rest
+    assert "notext" in features(None, "", 0, 3)
+
+
+def test_without_model_the_position_rule_decides(monkeypatch):
+    import importance.section_model as sm
+
+    monkeypatch.setattr(sm, "default_model", lambda: None)
     assert classify_section(None, None, 0) == "I"
     assert classify_section(None, None, 2) == "O"
-    assert classify_section(None, "Termight overview", 5) == "I"
+    assert classify_sections(["2.", "3.", "Conclusion"]) == ["I", "O", "D"]
+
+
+def _model(classes=("I", "M", "R", "D", "O")):
+    """A hand-built model: one feature per class, transitions that forbid going back to I."""
+    vocab = [f"w:{c.lower()}x" for c in classes]
+    k = len(classes)
+    trans = np.zeros((k + 1, k), dtype=np.float32)
+    trans[:k, 0] = -50.0      # nothing returns to I
+    trans[k, 1:] = -50.0      # a paper starts with I
+    return SectionModel(vocab, np.eye(k) * 5.0, np.zeros(k), classes, trans)
+
+
+def test_decode_follows_the_transitions_and_keeps_fixed_classes():
+    m = _model()
+    # emissions alone would say I, M, I, R; the sequence cannot return to I, a fixed D stays D
+    logp = np.log(np.array([[.9, .025, .025, .025, .025], [.1, .8, .05, .025, .025],
+                            [.5, .4, .05, .025, .025], [.1, .1, .7, .05, .05]]))
+    assert m.decode(logp, [None, None, None, None]) == ["I", "M", "M", "R"]
+    assert m.decode(logp, [None, None, None, "D"]) == ["I", "M", "M", "D"]
+
+
+def test_save_load_round_trip(tmp_path):
+    hand = read_labelled(DEFAULT_HAND)[:400]
+    m = fit(hand, TrainSettings(min_count=2))
+    m.transitions = np.log(np.full((6, 5), 0.2, dtype=np.float32))
+    m.save(tmp_path / "m.npz")
+    back = SectionModel.load(tmp_path / "m.npz")
+    assert back.classes == m.classes and back.index == m.index
+    assert np.allclose(back.weights, m.weights, atol=2e-3 * np.abs(m.weights).max())
+    probe = hand[::7]
+    assert [back.predict(s.title, s.text, s.position, s.n_sections) for s in probe] == \
+        [m.predict(s.title, s.text, s.position, s.n_sections) for s in probe]
+
+
+def test_training_is_deterministic_and_masks_headings():
+    hand = read_labelled(DEFAULT_HAND)[:300]
+    a, b = fit(hand, TrainSettings(min_count=2)), fit(hand, TrainSettings(min_count=2))
+    assert a.index == b.index and np.array_equal(a.weights, b.weights)
+    free = [s for s in hand if s.title][:5]
+    from dataclasses import replace
+    rows = training_rows([replace(s, origin="heading") for s in free])
+    assert len(rows) == 2 * len(free)  # free labels are also seen with the heading reduced to its number
+
+
+def test_shipped_model_on_the_development_set():
+    """The shipped model on the held-out development set (bench/section_f1.py prints the full
+    report): floors a little under the measured figures, so a worse model fails here."""
+    model = default_model()
+    assert model is not None, "importance/data/section_model.npz is missing"
+    dev = read_labelled(DEFAULT_DEV)
+    assert len(dev) >= 400 and sum(s.title is None or heading_kind(s.title) != "keyword" for s in dev) >= 200
+    truth, pred, hard = [], [], []
+    for pid in dict.fromkeys(s.paper_id for s in dev):
+        secs = sorted((s for s in dev if s.paper_id == pid), key=lambda s: s.position)
+        got = classify_sections([s.title for s in secs], [s.text for s in secs], None, [s.position for s in secs],
+                                secs[0].n_sections)
+        for s, g in zip(secs, got):
+            truth.append(s.label)
+            pred.append(g)
+            hard.append(heading_kind(s.title) != "keyword")
+    assert macro_f1(truth, pred)["macro_f1"] >= 0.85
+    assert macro_f1([t for t, h in zip(truth, hard) if h], [p for p, h in zip(pred, hard) if h])["macro_f1"] >= 0.78
 
 
 def test_macro_f1_hand_case():
