@@ -12,7 +12,8 @@ another is an error): the table is streamed paper by paper, so its size is not b
 
 Output (TSV or Parquet, by the output's name): the input's columns (without `text` unless
 --keep-text) plus section_class (I / M / R / D / O) and class_source: "sec-type" or "heading" where
-the section's own labels state the class, "model" where the learned model decided
+the section's own labels state the class, "appendix" where its place after the back matter or the
+conclusion makes it an appendix, "model" where the learned model decided
 (importance.sections.classify_sections, METHODS.md §1.1). Written atomically.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 from sciencemap.runtime import UserError
 from sciencemap.storage import atomic_file
 
-from importance.sections import class_from_sec_type, classify_sections, known_class
+from importance.sections import appendix_sections, class_from_sec_type, classify_sections, known_class
 
 REQUIRED = ("paper_id", "title", "text")
 OUTPUT_COLUMNS = ("section_class", "class_source")
@@ -116,9 +117,11 @@ def classify_paper(rows: list[tuple[int, dict]]) -> list[dict]:
     texts = [rows[k][1].get("text") or None for k in order]
     types = [rows[k][1].get("sec_type") or None for k in order]
     classes = classify_sections(titles, texts, types, [positions[k] for k in order], total)
+    appendix = appendix_sections(titles, [known_class(st, t) for st, t in zip(types, titles)])
     out: list[dict] = [{} for _ in rows]
-    for k, cls, t, st in zip(order, classes, titles, types):
-        source = "sec-type" if class_from_sec_type(st) else "heading" if known_class(None, t) else "model"
+    for k, cls, t, st, app in zip(order, classes, titles, types, appendix):
+        source = ("sec-type" if class_from_sec_type(st) else "heading" if known_class(None, t)
+                  else "appendix" if app else "model")
         out[k] = dict(rows[k][1], section_class=cls, class_source=source)
     return out
 

@@ -163,6 +163,27 @@ def known_class(sec_type: str | None, title: str | None) -> str | None:
     return cls or class_from_unambiguous_heading(title)
 
 
+# Back matter: after such a section, what follows is an appendix.
+BACK_MATTER = re.compile(r"\b(?:acknowledg\w*|references|bibliography|funding|data availability|appendix|appendices|"
+                         r"supplementa\w*|author contributions?|competing interests?|conflicts? of interest)\b")
+
+
+def appendix_sections(titles: Sequence[str | None], known: Sequence[str | None]) -> list[bool]:
+    """Which sections are appendices by their place: those whose class is not otherwise known and
+    that come after back matter (acknowledgements, references, data availability...) or after the
+    paper's conclusion (a keyword heading of class D). The labelling guidelines define an appendix
+    by the first; the second holds for 26 of 32 such sections of the hand-labelled training set
+    (the others are fragments that continue the conclusion, and one ethics statement)."""
+    out, closed = [], False
+    for i, (t, k) in enumerate(zip(titles, known)):
+        out.append(closed and k is None)
+        if k == "O" and i > 0 and BACK_MATTER.search(normalise_heading(t)):
+            closed = True
+        if k == "D" and heading_kind(t) == "keyword":
+            closed = True
+    return out
+
+
 def _position_fallback(title: str | None, position: int | None) -> str:
     """Without the model: the heading rules, then the first block of a body is I, else O."""
     return class_from_heading(title) or ("I" if position == 0 else "O")
@@ -175,7 +196,8 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
 
     sec-type, then keyword headings fix a section's class; the others are scored by the learned
     model (importance.section_model: heading, text, position, neighbours) and the paper decoded as
-    one sequence. positions default to 0..n-1 and n_sections to the number of titles (give both
+    one sequence. Sections after back matter or after the conclusion are appendices (O:
+    appendix_sections). positions default to 0..n-1 and n_sections to the number of titles (give both
     when the list is a subset of the paper's sections). model: a SectionModel other than the
     shipped one (evaluation)."""
     from importance.section_model import default_model, features, neighbour_classes
@@ -186,6 +208,7 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
     positions = list(positions) if positions is not None else list(range(n))
     total = n_sections or n
     fixed = [known_class(st, t) for st, t in zip(sec_types, titles)]
+    fixed = ["O" if a else f for f, a in zip(fixed, appendix_sections(titles, fixed))]
     if n == 0 or all(fixed):
         return fixed
     model = model or default_model()

@@ -49,7 +49,7 @@ def test_tsv_in_tsv_out(tmp_path, dev_rows):
         assert [r["section_class"] for r in out if r["paper_id"] == pid] == want
     assert out[1]["section_class"] == "M" and out[1]["class_source"] == "sec-type"
     sources = {r["class_source"] for r in out}
-    assert "model" in sources and sources <= {"sec-type", "heading", "model"}
+    assert "model" in sources and sources <= {"sec-type", "heading", "appendix", "model"}
 
 
 def test_parquet_in_parquet_out_keeps_text_and_reads_file_order(tmp_path, dev_rows):

@@ -5,7 +5,7 @@ import pytest
 
 from importance.section_model import SectionModel, default_model, features, neighbour_classes, section_number
 from importance.section_training import DEFAULT_DEV, DEFAULT_HAND, TrainSettings, fit, read_labelled, training_rows
-from importance.sections import (class_from_heading, class_from_sec_type, classify_section, classify_sections,
+from importance.sections import (appendix_sections, class_from_heading, class_from_sec_type, classify_section, classify_sections,
                                  heading_kind, heading_rules_vs_sec_type, known_class, macro_f1)
 
 
@@ -59,6 +59,16 @@ def test_features_cover_heading_text_and_place():
     assert {"h:our", "h:approach", "hk:other", "num:3", "pos:2", "nb:I", "na:D", "nba:ID"} <= set(f)
     assert "o:in_this_section_we" in f and any(x.startswith("t:") for x in f)  # opening and the rest
     assert "notext" in features(None, "", 0, 3)
+
+
+def test_appendices_by_place():
+    titles = ["1 Introduction", "2 Our model", "3 Conclusion", "Proof of Lemma 2", "Acknowledgments", "Data tables"]
+    known = [known_class(None, t) for t in titles]
+    assert appendix_sections(titles, known) == [False, False, False, True, False, True]
+    # an abstract heading first is not back matter; a known class is never overridden
+    titles = ["Abstract", "Methods overview", "2.", "Acknowledgements", "Materials and methods"]
+    assert appendix_sections(titles, [known_class(None, t) for t in titles]) == [False] * 4 + [False]
+    assert classify_sections(["1 Introduction", "2.", "3 Conclusions", "A. Proofs"])[3] == "O"
 
 
 def test_without_model_the_position_rule_decides(monkeypatch):
@@ -128,8 +138,8 @@ def test_shipped_model_on_the_development_set():
             truth.append(s.label)
             pred.append(g)
             hard.append(heading_kind(s.title) != "keyword")
-    assert macro_f1(truth, pred)["macro_f1"] >= 0.85
-    assert macro_f1([t for t, h in zip(truth, hard) if h], [p for p, h in zip(pred, hard) if h])["macro_f1"] >= 0.78
+    assert macro_f1(truth, pred)["macro_f1"] >= 0.88
+    assert macro_f1([t for t, h in zip(truth, hard) if h], [p for p, h in zip(pred, hard) if h])["macro_f1"] >= 0.84
 
 
 def test_macro_f1_hand_case():
