@@ -48,6 +48,7 @@ HIDDEN_FILE_REASON = "hidden file: Spark does not read names starting with '.' o
 EMPTY_FILE_REASON = "empty file"
 SKIPPED_LISTED = 50  # skipped files named in ingest_summary.json (and the report); the files table has all
 WARNINGS_LISTED = 20
+SIDE_KINDS = ("file", "warning")  # record kinds of the files and warnings tables
 
 
 def parse_input(spec: str) -> dict:
@@ -262,10 +263,14 @@ def build_tables(spark, raw) -> dict:
 
     schemas = _internal_schemas()
     dfs = {}
+    # The few file and warning records: taken from raw in one pass together (each kind's own
+    # filter would be a pass over every record in Python).
+    side = raw.filter(lambda r: r[0] in SIDE_KINDS).persist(StorageLevel.MEMORY_AND_DISK)
     for kind, schema in schemas.items():
         names = schema.names
         # Cached: each kind is converted from Python records once, then reused by several joins.
-        dfs[kind] = spark.createDataFrame(raw.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
+        records = side if kind in SIDE_KINDS else raw
+        dfs[kind] = spark.createDataFrame(records.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
                                           schema).persist(StorageLevel.MEMORY_AND_DISK)
 
     # Duplicate paper ids: keep the first by (source_file, ord), reject the others.
