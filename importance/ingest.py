@@ -426,11 +426,14 @@ def listed_files(t: dict, per_source: dict) -> dict:
     totals are the per-source counts."""
     from pyspark.sql import functions as F
 
-    first = (t["files"].where(F.col("status") == "skipped").orderBy("path").limit(SKIPPED_LISTED)
-             .select("path", "source", "reason").collect())
+    skipped = t["files"].where(F.col("status") == "skipped")
+    first = skipped.orderBy("path").limit(SKIPPED_LISTED).select("path", "source", "reason").collect()
+    by_reason = (skipped.groupBy("source", "reason").count().orderBy(F.desc("count"), "source", "reason")
+                 .limit(SKIPPED_LISTED).collect())
     warns = (t["warnings"].orderBy("source_file", "record_id").limit(WARNINGS_LISTED)
              .select("source_file", "record_id", "source", "warning").collect())
     return {"skipped_files": {"total": sum(d["files"]["skipped"] for d in per_source.values()),
+                              "by_reason": [r.asDict() for r in by_reason],
                               "first": [r.asDict() for r in first]},
             "warnings": {"total": sum(d["warnings"] for d in per_source.values()),
                          "first": [r.asDict() for r in warns]}}

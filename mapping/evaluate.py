@@ -350,6 +350,10 @@ def files_section(s: dict) -> list[str]:
     skipped = s.get("skipped_files") or {}
     if skipped.get("total"):
         first = skipped.get("first") or []
+        if skipped.get("by_reason"):
+            lines += ["", "Skipped files by reason:", ""]
+            lines += _table(["source", "reason", "files"],
+                            [[x.get("source"), x.get("reason"), x.get("count")] for x in skipped["by_reason"]])
         lines += ["", f"Skipped files ({skipped['total']:,}; the `files` table lists all"
                       + (f", the first {len(first)} here" if len(first) < skipped["total"] else "") + "):", ""]
         lines += [f"- `{x.get('path')}` ({x.get('source')}): {x.get('reason')}" for x in first]

@@ -117,16 +117,16 @@ def _annotation_files(folder: Path) -> list[Path]:
                   and f.name.lower().endswith(ANNOTATION_SUFFIXES))
 
 
-def _rows_with_ids(name: str, data: bytes, rp: str) -> list[dict]:
+def _rows_with_ids(name: str, data: bytes, rp: str) -> tuple[list[dict], str | None]:
     """annotation_rows, each with the record_id of the citance it becomes: RP#citing#file#number
-    (number@row where a file repeats a number)."""
-    text, _ = decode_text(decompress(name, data))
+    (number@row where a file repeats a number); and the note on bytes that were not UTF-8."""
+    text, replaced = decode_text(decompress(name, data))
     rows, seen = annotation_rows(name, text), set()
     for i, a in enumerate(rows, 1):
         n = a["number"] if a["number"] not in seen else f"{a['number']}@{i}"
         seen.add(a["number"])
         a["record_id"] = f"{rp}#{a['citing']}#{name}#{n}"
-    return rows
+    return rows, replaced
 
 
 def _annotations_for(path: str, rp: str, citing: str) -> list[dict] | None:
@@ -138,7 +138,7 @@ def _annotations_for(path: str, rp: str, citing: str) -> list[dict] | None:
     out = []
     for f in files:
         try:
-            rows = _rows_with_ids(f.name, f.read_bytes(), rp)
+            rows, _ = _rows_with_ids(f.name, f.read_bytes(), rp)
         except (BadRecord, OSError):
             continue
         out += [a for a in rows if a["citing"] == citing]  # exact: some folders hold X.xml and x.xml
@@ -199,8 +199,7 @@ def _annotation_file(path: str, name: str, data: bytes, rp: str, source: str):
     Citance_XML file is read), and one citance reject per row that no Citance_XML file will take."""
     data = decompress(path, data)
     require_text(data)
-    rows = _rows_with_ids(name, data, rp)
-    _, replaced = decode_text(data)
+    rows, replaced = _rows_with_ids(name, data, rp)
     yield file_status("auxiliary", f"annotation of {rp}: its {len(rows):,} rows are read with the Citance_XML "
                                    f"files of {rp}", citances=len(rows))
     if replaced:

@@ -158,6 +158,8 @@ def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, t
     assert status[f"{rp}/Citance_XML/ICDAR99.xml"][1].startswith("not text: binary data")
     assert {status[f"{rp}/annotation/{rp}.annotator{i}.csv"][0] for i in (1, 2)} == {"auxiliary"}
     assert s["skipped_files"]["total"] == 4 and len(s["skipped_files"]["first"]) == 4
+    assert {(x["reason"], x["count"]) for x in s["skipped_files"]["by_reason"]} == {
+        (SKIPPED_REASON, 2), (HIDDEN_FILE_REASON, 1), ("not a clscisumm input (name does not match *.{xml,txt,csv})", 1)}
 
     # Every annotated row: a mention (one per citing sentence) or a citance reject.
     rows = []
@@ -192,6 +194,7 @@ def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, t
 
     report = "\n".join(ingest_section(s))
     assert "| cls | 14 | 6 | 2 | 4 | 2 | 3 | yes |" in report and "Skipped files (4;" in report
+    assert "Skipped files by reason:" in report and f"| cls | {HIDDEN_FILE_REASON} | 1 |" in report
     for p in ("paper.pdf", f"Documents_TXT/{rp}.txt", ".C02-1033.xml.swp", f"{rp}/{rp}.xml"):
         assert p in report, p
     assert "Warnings (3;" in report and "recovered from truncated XML" in report
