@@ -312,9 +312,9 @@ def xml_encoding(data: bytes) -> str:
 @dataclass
 class XmlRecovery:
     """What a lenient parse of a damaged XML document did. message: the strict parser's first
-    error ("Opening and ending tag mismatch: ..., line 812, column 5"), None when only bytes were replaced; truncated: the document
-    ends before its root's closing tag (last_line is then where it ends); replaced: the note on
-    bytes that were not UTF-8."""
+    error ("Opening and ending tag mismatch: ..., line 812, column 5"), None when only bytes were
+    replaced; truncated: the document ends before its root's closing tag (last_line is then where
+    it ends); replaced: the note on bytes that were not UTF-8."""
     message: str | None
     truncated: bool = False
     last_line: int | None = None

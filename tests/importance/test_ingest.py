@@ -159,7 +159,8 @@ def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, t
     assert {status[f"{rp}/annotation/{rp}.annotator{i}.csv"][0] for i in (1, 2)} == {"auxiliary"}
     assert s["skipped_files"]["total"] == 4 and len(s["skipped_files"]["first"]) == 4
     assert {(x["reason"], x["count"]) for x in s["skipped_files"]["by_reason"]} == {
-        (SKIPPED_REASON, 2), (HIDDEN_FILE_REASON, 1), ("not a clscisumm input (name does not match *.{xml,txt,csv})", 1)}
+        (SKIPPED_REASON, 2), (HIDDEN_FILE_REASON, 1),
+        ("not a clscisumm input (name does not match *.{xml,txt,csv})", 1)}
 
     # Every annotated row: a mention (one per citing sentence) or a citance reject.
     rows = []
@@ -181,7 +182,8 @@ def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, t
     for citing in ("C02-1033", "P04470"):
         sids = list(dict.fromkeys(r["Citation Offset"].strip("[]'") for _, r in rows if r["Citing Article"] == citing))
         exp = clscisumm.expected_sections((cites / f"{citing}.xml").read_bytes(), sids)
-        got = sorted((m["section_title"], m["section_class"]) for m in ments if m["citing_id"] == f"acl:{citing.lower()}")
+        got = sorted((m["section_title"], m["section_class"]) for m in ments
+                     if m["citing_id"] == f"acl:{citing.lower()}")
         assert got == sorted(exp)
     assert {m["section_class"] for m in ments if m["citing_id"] in annotated} - {"O"}
     assert [m["section_class"] for m in ments if m["citing_id"] == "acl:x00-1000"] == ["O"]
