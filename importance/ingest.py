@@ -1,7 +1,13 @@
-"""Ingest stage: input files -> papers, references, mentions, rejects (+ ingest_summary.json).
+"""Ingest stage: input files -> papers, references, mentions, rejects, warnings, files (+ ingest_summary.json).
 
 Files are read by executors (binaryFile + flatMap of the pure-Python readers); the driver only
-sees small aggregates. Every input record ends in `papers` or `rejects`:
+sees small aggregates. Every file under an input root is one row of `files`: parsed, rejected,
+auxiliary (read with other files) or skipped, with the reason. The executors give the row of each
+file they read; the driver lists the input roots (metadata only) and adds the files Spark does not
+read (names the format's glob does not match, hidden names, empty files), so the per-source check
+files found = parsed + rejected + skipped + auxiliary covers every file, not only those recognised.
+Papers kept after lenient recovery of a damaged file have a row in `warnings`.
+Every input record ends in `papers` or `rejects`:
 - record level (a JATS file, a ScisummNet paper XML, a CSV row): parsed paper or reject;
 - citance level (ScisummNet, CL-SciSumm): in-corpus citance -> references + mentions, else reject;
   citances landing on the same citing sentence for the same cited paper are one mention (the
@@ -11,13 +17,15 @@ Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the o
 """
 from __future__ import annotations
 
+import fnmatch
+import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
 from sciencemap.config import setting
-from sciencemap.contracts import SCHEMAS
+from sciencemap.contracts import FILE_STATUSES, SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_json_atomic
@@ -36,6 +44,11 @@ OUTSIDE_REASON = "citing paper outside corpus"
 CITED_MISSING_REASON = "cited paper not in corpus"
 DANGLING_REASON = "in-text citation to an unknown reference"
 DUPLICATE_CITANCE_REASON = "duplicate citance (same citing sentence and cited paper as another citance)"
+HIDDEN_FILE_REASON = "hidden file: Spark does not read names starting with '.' or '_'"
+EMPTY_FILE_REASON = "empty file"
+SKIPPED_LISTED = 50  # skipped files named in ingest_summary.json (and the report); the files table has all
+WARNINGS_LISTED = 20
+SIDE_KINDS = ("file", "warning")  # record kinds of the files and warnings tables
 
 
 def parse_input(spec: str) -> dict:
@@ -82,14 +95,14 @@ def _internal_schemas():
         ("citing_id", S), ("cited_id", S), ("ref_key", S), ("authors", author), ("key", S),
         ("prefix", S), ("suffix", S), ("record_id", S), ("source_file", S), ("source", S)]])
     return {"paper": paper, "ref": ref, "mention": mention, "reject": reject, "sentence": sentence,
-            "citance": citance}
+            "citance": citance, "warning": to_spark_schema("warnings"), "file": to_spark_schema("files")}
 
 
 def _parse_rows(fmt: str, source: str, rows):
-    from importance.readers import parse_file
+    from importance.readers import parse_file_accounted
 
     for row in rows:
-        yield from parse_file(fmt, source, row.path, bytes(row.content) if row.content is not None else b"")
+        yield from parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None else b"")
 
 
 def _to_tuple(names, rec):
@@ -114,16 +127,84 @@ def _glob_patterns(glob: str) -> list[str]:
     return [glob[:m.start()] + alt + glob[m.end():] for alt in m.group(1).split(",")]
 
 
-def empty_files(path: Path, glob: str) -> list[str]:
-    """Zero-length input files: Spark's file sources skip them, so they are found by listing
-    (metadata only) and rejected as "empty file" instead of vanishing from the counts."""
-    import fnmatch
-    import os
+def spark_skips_name(name: str) -> bool:
+    """Names Spark's file sources do not read, as files or as folders on the way: hidden ('.x'),
+    '_x' unless it holds '=' (a partition folder) or is Parquet's _metadata, and '*._COPYING_'."""
+    if name.startswith(("_metadata", "_common_metadata")):
+        return False
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
 
-    pats = _glob_patterns(glob)
-    paths = [path] if path.is_file() else [Path(r) / f for r, _, fs in os.walk(path) for f in fs]
-    return sorted(p.resolve().as_uri() for p in paths
-                  if any(fnmatch.fnmatch(p.name, q) for q in pats) and p.stat().st_size == 0)
+
+def file_uri(path: str | Path) -> str:
+    """A local path as Spark spells it in binaryFile's `path` column (file:/a/b%20c.xml)."""
+    from urllib.parse import quote
+
+    return "file:" + quote(str(Path(path).absolute()), safe="/=@!$&'()*+,;:~")
+
+
+@dataclass
+class InputListing:
+    """One input root, listed by the driver (metadata only). found: every file under it; unread:
+    (uri, bytes, reason) of the files Spark's reader will not see (not matching the format's glob,
+    hidden names); empty: zero-length files the glob matches (Spark's file sources skip them too)."""
+
+    source: str
+    fmt: str
+    found: int = 0
+    unread: list = field(default_factory=list)
+    empty: list = field(default_factory=list)
+
+
+def list_input(spec: dict) -> InputListing:
+    """Every file under the input root, by one os.walk; only the files the reader will not see are
+    kept (the others report themselves through the executors' file records)."""
+    from importance.readers import GLOBS
+
+    fmt = spec["format"]
+    glob = spec.get("glob", GLOBS[fmt])
+    patterns = _glob_patterns(glob)
+    root = resolve_input_path(spec["path"])
+    out = InputListing(spec.get("source"), fmt)
+    walk = [(str(root.parent), [root.name])] if root.is_file() else ((d, names) for d, _, names in os.walk(root))
+    for folder, names in walk:
+        rel = Path(folder).relative_to(root).parts if not root.is_file() else ()
+        hidden = next((part for part in rel if spark_skips_name(part)), None)
+        for name in names:
+            out.found += 1
+            full = os.path.join(folder, name)
+            try:
+                size = os.stat(full).st_size
+            except OSError:  # vanished or a broken link: still one file found, listed as not read
+                size = 0
+            if hidden:
+                reason = f"in hidden folder {hidden!r}: Spark does not read names starting with '.' or '_'"
+            elif spark_skips_name(name) and not root.is_file():
+                reason = HIDDEN_FILE_REASON
+            elif not any(fnmatch.fnmatchcase(name, q) for q in patterns):
+                reason = f"not a {fmt} input (name does not match {glob})"
+            else:
+                if size == 0:
+                    out.empty.append(file_uri(full))
+                continue
+            out.unread.append((file_uri(full), size, reason))
+    return out
+
+
+def _listed_records(listing: InputListing) -> list:
+    """The driver's records for the files no executor reads: skipped ones, and empty ones (a
+    record reject each, as an executor would have made)."""
+    from importance.readers.common import FILE, reject
+
+    def file_row(uri, size, status, reason, record_rejects=0):
+        return FILE, {"path": uri, "source": listing.source, "format": listing.fmt, "status": status,
+                      "bytes": size, "reason": reason, "papers": 0, "record_rejects": record_rejects,
+                      "citances": 0, "warnings": 0}
+
+    out = [file_row(uri, size, "skipped", reason) for uri, size, reason in listing.unread]
+    for uri in listing.empty:
+        out += [reject(uri, uri.rsplit("/", 1)[-1], EMPTY_FILE_REASON, listing.source),
+                file_row(uri, 0, "rejected", EMPTY_FILE_REASON, record_rejects=1)]
+    return out
 
 
 def check_format(fmt) -> None:
@@ -143,13 +224,14 @@ def input_size(inputs: list[dict]) -> InputSize:
                        for spec in inputs), "input files")
 
 
-def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
+def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listings: list | None = None):
     """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
-    `partitions` partitions (default 2 per task slot)."""
+    `partitions` partitions (default 2 per task slot), with the driver's records of the files no
+    executor reads (`listings`, one per input: list_input)."""
     from importance.readers import GLOBS
 
     rdds = []
-    for spec in inputs:
+    for i, spec in enumerate(inputs):
         fmt, source = spec.get("format"), spec.get("source")
         check_format(fmt)
         if not source:
@@ -160,12 +242,9 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
             reader = reader.option("recursiveFileLookup", "true")
         df = reader.load(str(p)).select("path", "content")
         rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source)))
-        empties = empty_files(p, spec.get("glob", GLOBS[fmt]))
-        if empties:
-            from importance.readers.common import reject
-
-            rdds.append(spark.sparkContext.parallelize(
-                [reject(e, e.rsplit("/", 1)[-1], "empty file", source) for e in empties], 1))
+        listed = _listed_records(listings[i] if listings else list_input(spec))
+        if listed:
+            rdds.append(spark.sparkContext.parallelize(listed, max(1, min(64, len(listed) // 100_000))))
     rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
     # Few, larger partitions: per-task Python start-up dominates on small corpora.
     n = partitions or 2 * spark.sparkContext.defaultParallelism
@@ -184,10 +263,14 @@ def build_tables(spark, raw) -> dict:
 
     schemas = _internal_schemas()
     dfs = {}
+    # The few file and warning records: taken from raw in one pass together (each kind's own
+    # filter would be a pass over every record in Python).
+    side = raw.filter(lambda r: r[0] in SIDE_KINDS).persist(StorageLevel.MEMORY_AND_DISK)
     for kind, schema in schemas.items():
         names = schema.names
         # Cached: each kind is converted from Python records once, then reused by several joins.
-        dfs[kind] = spark.createDataFrame(raw.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
+        records = side if kind in SIDE_KINDS else raw
+        dfs[kind] = spark.createDataFrame(records.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
                                           schema).persist(StorageLevel.MEMORY_AND_DISK)
 
     # Duplicate paper ids: keep the first by (source_file, ord), reject the others.
@@ -238,10 +321,14 @@ def build_tables(spark, raw) -> dict:
         F.struct("s.section_title", "s.section_class", "s.position", "s.ord"), F.col("s.ord")).alias("m")))
     cit_all = cit_ok.join(matched, ["source", "record_id"], "left")
     # One in-text citation per citing sentence and cited paper: citances that land on the same
-    # sentence (a sentence listed twice in one set, or a citing paper in both ScisummNet and
-    # CL-SciSumm) are one mention; the others are rejected as duplicates, so the counts add up.
-    first = F.row_number().over(Window.partitionBy("citing_id", "cited_id", "m.ord").orderBy("source", "record_id"))
-    cit_all = cit_all.withColumn("_dup", F.col("m").isNotNull() & (first > 1))
+    # sentence (a sentence listed twice in one set, several annotators of one CL-SciSumm citance, or
+    # a citing paper in both ScisummNet and CL-SciSumm) are one mention; the others are rejected as
+    # duplicates, so the counts add up. A citance placed in no sentence is compared by its text key.
+    sentence = F.when(F.col("m").isNotNull(), F.concat(F.lit("s"), F.col("m.ord").cast("string"))).otherwise(
+        F.concat(F.lit("k"), F.col("key")))
+    cit_all = cit_all.withColumn("_sentence", sentence)
+    first = F.row_number().over(Window.partitionBy("citing_id", "cited_id", "_sentence").orderBy("source", "record_id"))
+    cit_all = cit_all.withColumn("_dup", F.col("_sentence").isNotNull() & (first > 1))
     cit_ments = cit_all.where(~F.col("_dup")).select(
         "citing_id", "ref_key", F.col("m.section_title").alias("section_title"),
         F.lit(None).cast("string").alias("section_type"),
@@ -270,11 +357,13 @@ def build_tables(spark, raw) -> dict:
     # entry_shares_author: decided here, where the citing paper's (completed) author list is in hand
     references = with_entry_shares_author(keyed(refs_res), keyed(papers))
     return {"papers": papers_out, "corpus": papers, "references": references, "mentions": mentions_out,
-            "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols}
+            "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols,
+            "warnings": dfs["warning"], "files": dfs["file"]}
 
 
-def summarise(t: dict, parsed: dict) -> dict:
-    """Small per-source aggregates (collected: one row per source/reason, never per record)."""
+def summarise(t: dict, parsed: dict, found: dict | None = None) -> dict:
+    """Small per-source aggregates (collected: one row per source/reason, never per record).
+    `found`: files under each source's input roots, by listing (list_input)."""
     from pyspark.sql import functions as F
 
     per: dict[str, dict] = {}
@@ -282,7 +371,16 @@ def summarise(t: dict, parsed: dict) -> dict:
     def slot(src):
         return per.setdefault(src or "unknown", {"input_records": 0, "papers_corpus": 0, "papers_fulltext": 0,
                                                  "papers_title_only": 0, "references": 0, "references_resolved": 0,
-                                                 "mentions": 0, "rejects": {}, "record_rejects": 0})
+                                                 "mentions": 0, "rejects": {}, "record_rejects": 0,
+                                                 "files": {"found": 0, **{k: 0 for k in FILE_STATUSES}},
+                                                 "warnings": 0})
+
+    for src_name, n in (found or {}).items():
+        slot(src_name)["files"]["found"] = n
+    for r in t["files"].groupBy("source", "status").count().collect():
+        slot(r.source)["files"][r.status] = r["count"]
+    for r in t["warnings"].groupBy("source").count().collect():
+        slot(r.source)["warnings"] = r["count"]
 
     for r in t["corpus"].groupBy("source").agg(F.count("*").alias("n"),
                                                F.sum(F.col("has_fulltext").cast("int")).alias("ft")).collect():
@@ -318,7 +416,27 @@ def summarise(t: dict, parsed: dict) -> dict:
             d["input_citances"] = p.get("citance", 0) + p.get("reject:citance", 0)
             d["check_citances"] = d["input_citances"] == d.get("citances_in_corpus", 0) + d.get("citance_rejects", 0)
         d["resolution_rate"] = round(d["references_resolved"] / d["references"], 4) if d["references"] else None
+        f = d["files"]
+        d["check_files_found_equals_accounted"] = f["found"] == sum(f[k] for k in FILE_STATUSES)
     return per
+
+
+def listed_files(t: dict, per_source: dict) -> dict:
+    """The first skipped files (path, source, reason) and the first warnings, for the report; the
+    totals are the per-source counts."""
+    from pyspark.sql import functions as F
+
+    skipped = t["files"].where(F.col("status") == "skipped")
+    first = skipped.orderBy("path").limit(SKIPPED_LISTED).select("path", "source", "reason").collect()
+    by_reason = (skipped.groupBy("source", "reason").count().orderBy(F.desc("count"), "source", "reason")
+                 .limit(SKIPPED_LISTED).collect())
+    warns = (t["warnings"].orderBy("source_file", "record_id").limit(WARNINGS_LISTED)
+             .select("source_file", "record_id", "source", "warning").collect())
+    return {"skipped_files": {"total": sum(d["files"]["skipped"] for d in per_source.values()),
+                              "by_reason": [r.asDict() for r in by_reason],
+                              "first": [r.asDict() for r in first]},
+            "warnings": {"total": sum(d["warnings"] for d in per_source.values()),
+                         "first": [r.asDict() for r in warns]}}
 
 
 def _count_key(rec):
@@ -353,7 +471,11 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     t0 = time.time()
     check_inputs(cfg)
     spark, used = spark_for_stage(cfg, size or input_size(cfg.inputs), "ingest", spark)
-    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions")).persist(StorageLevel.MEMORY_AND_DISK)
+    listings = [list_input(spec) for spec in cfg.inputs]
+    found: dict[str, int] = {}
+    for listing in listings:
+        found[listing.source] = found.get(listing.source, 0) + listing.found
+    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions"), listings).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         t = build_tables(spark, raw)
         for name in ("papers", "references", "mentions"):
@@ -361,14 +483,17 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
         t["corpus"] = t["corpus"].persist(StorageLevel.MEMORY_AND_DISK)
         root = Path(layout.root)
         root.mkdir(parents=True, exist_ok=True)
-        for name in ("papers", "references", "mentions", "rejects"):
+        for name in ("papers", "references", "mentions", "rejects", "warnings", "files"):
             write_spark_table(t[name], layout.table(name), name, partitions=used.value("output_partitions"))
-        per_source = summarise(t, raw_counts(raw))
+        per_source = summarise(t, raw_counts(raw), found)
+        listed = listed_files(t, per_source)
     finally:
         raw.unpersist()
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
+    unaccounted = [s for s, d in per_source.items() if not d["check_files_found_equals_accounted"]]
     summary = {"per_source": per_source, "check_input_equals_papers_plus_rejects": not bad,
+               "check_files_found_equals_accounted": not unaccounted, **listed,
                "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record()}
     write_json_atomic(layout.ingest_summary, summary)
     return summary

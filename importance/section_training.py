@@ -111,7 +111,7 @@ def _keyword_labelled(corpus: str, paper_id: str, secs: list[tuple[str | None, s
 
 def scisumm_sections(tar_path: Path, corpus: str, kinds: tuple[str, ...]):
     """(paper_id, [(title, text)], abstract) of each <PAPER> XML in the `kinds` folders of the tar."""
-    from importance.readers.clscisumm import parse_paper_xml
+    from importance.readers.common import BadRecord, parse_xml
     from importance.readers.scisummnet import abstract_text, paper_sections
 
     with tarfile.open(tar_path, "r:gz") as tar:
@@ -119,7 +119,10 @@ def scisumm_sections(tar_path: Path, corpus: str, kinds: tuple[str, ...]):
             parts = m.name.split("/")
             if not (m.isfile() and m.name.endswith(".xml") and len(parts) >= 2 and parts[-2] in kinds):
                 continue
-            root, _ = parse_paper_xml(tar.extractfile(m).read())
+            try:
+                root, _ = parse_xml(tar.extractfile(m).read(), "PAPER", keep_truncated=True)
+            except BadRecord:  # unreadable files are the readers' rejects, not training data
+                continue
             if root is None or root.tag != "PAPER":
                 continue
             secs = paper_sections(root)
@@ -167,7 +170,7 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
     files = [data_dir / ELIFE_TAR, data_dir / SCISUMMNET_TAR, data_dir / CLSCISUMM_TAR, data_dir / UNARXIVE_TAR,
              *sorted((data_dir / PMC_DIR).glob("*.nxml")), Path(__file__), REPO / "importance/readers/jats.py",
              REPO / "importance/readers/scisummnet.py", REPO / "importance/readers/s2orc.py",
-             REPO / "importance/sections.py"]
+             REPO / "importance/sections.py", REPO / "importance/readers/common.py"]
     key = hashlib.sha1(json.dumps([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
     path = cache / f"section_examples-{key[:16]}.pkl"
     if path.exists():

@@ -30,8 +30,11 @@ def _ingest(cfg, layout, ctx):
 
 
 def _show_ingest(s: dict) -> str:
+    skipped = s.get("skipped_files", {}).get("total", 0)
     return (json.dumps(s["per_source"], indent=1) +
-            f"\ningest done in {s['seconds']} s; counts add up: {s['check_input_equals_papers_plus_rejects']}")
+            f"\ningest done in {s['seconds']} s; counts add up: {s['check_input_equals_papers_plus_rejects']}; "
+            f"every file accounted for: {s.get('check_files_found_equals_accounted')} ({skipped:,} skipped, "
+            f"{s.get('warnings', {}).get('total', 0):,} warnings)")
 
 
 def _importance(cfg, layout, ctx):
@@ -54,7 +57,7 @@ def _generate(cfg, layout, ctx):
 
 INGEST = Stage("ingest", 10, IngestConfig, _ingest, creates_run=True, show=_show_ingest,
                summary="Read full-text papers (JATS, ScisummNet, S2ORC/unarXive, MEDLINE, PubMed CSV) into "
-                       "the papers, references, mentions and rejects tables (Spark).")
+                       "the papers, references, mentions, rejects, warnings and files tables (Spark).")
 IMPORTANCE = Stage("importance", 20, ImportanceConfig, _importance, show=_show_importance,
                    summary="Citation features per citing->cited pair, entropy weights (Table 3), importance "
                            "scores and Algorithm 1 training triplets (Spark).")

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from sciencemap.config import comma_floats, setting
+from sciencemap.contracts import FILE_STATUSES
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
@@ -325,7 +326,44 @@ def ingest_section(s: dict) -> list[str]:
     rows.append(["**all**", *[int(x) for x in totals[:4]], "", int(totals[4]), "",
                  "yes" if totals[0] == totals[1] + totals[4] else "NO"])
     return _table(["source", "input records", "papers", "full text", "title-only cited", "references",
-                   "record rejects", "rejects by reason (all levels)", "input = papers + rejects"], rows)
+                   "record rejects", "rejects by reason (all levels)", "input = papers + rejects"], rows) + \
+        files_section(s)
+
+
+def files_section(s: dict) -> list[str]:
+    """Every file under the input roots per source (found = parsed + rejected + skipped +
+    auxiliary, recomputed here), the skipped files with their reasons and the recovery warnings
+    (the first of each, with the totals); nothing for a summary written before the files table."""
+    per = s.get("per_source") or {}
+    rows = []
+    for name, d in sorted(per.items()):
+        f = d.get("files")
+        if isinstance(f, dict):
+            found = f.get("found", 0)
+            rows.append([name, found, *[f.get(k, 0) for k in FILE_STATUSES], d.get("warnings", 0),
+                         "yes" if found == sum(f.get(k, 0) for k in FILE_STATUSES) else "NO"])
+    if not rows:
+        return []
+    lines = ["", "Files under the input roots (skipped: not an input of the format, or hidden; auxiliary: read "
+                 "with other files; warnings: papers kept after recovering a damaged file):", ""]
+    lines += _table(["source", "files found", *FILE_STATUSES, "warnings", "found = accounted"], rows)
+    skipped = s.get("skipped_files") or {}
+    if skipped.get("total"):
+        first = skipped.get("first") or []
+        if skipped.get("by_reason"):
+            lines += ["", "Skipped files by reason:", ""]
+            lines += _table(["source", "reason", "files"],
+                            [[x.get("source"), x.get("reason"), x.get("count")] for x in skipped["by_reason"]])
+        lines += ["", f"Skipped files ({skipped['total']:,}; the `files` table lists all"
+                      + (f", the first {len(first)} here" if len(first) < skipped["total"] else "") + "):", ""]
+        lines += [f"- `{x.get('path')}` ({x.get('source')}): {x.get('reason')}" for x in first]
+    warns = s.get("warnings") or {}
+    if isinstance(warns, dict) and warns.get("total"):
+        first = warns.get("first") or []
+        lines += ["", f"Warnings ({warns['total']:,}; the `warnings` table lists all"
+                      + (f", the first {len(first)} here" if len(first) < warns["total"] else "") + "):", ""]
+        lines += [f"- `{x.get('record_id')}` in `{x.get('source_file')}`: {x.get('warning')}" for x in first]
+    return lines
 
 
 def importance_section(s: dict) -> list[str]:

@@ -14,6 +14,9 @@ SECTION_CLASSES = ("I", "M", "R", "D", "O")
 # Triplet splits, by anchor (Algorithm 1: 80/20).
 SPLIT_TRAIN, SPLIT_VAL = "train", "val"
 
+# What became of each file under an input root (the files table; METHODS.md §9).
+FILE_STATUSES = ("parsed", "rejected", "skipped", "auxiliary")
+
 SOURCES = ("elife", "scisummnet", "pubmed", "pmc", "medline", "s2orc", "unarxive")
 
 AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", pa.string())])
@@ -65,6 +68,23 @@ SCHEMAS: dict[str, pa.Schema] = {
     "rejects": pa.schema([
         ("source_file", pa.string()), ("record_id", pa.string()),
         ("stage", pa.string()), ("reason", pa.string()),
+    ]),
+    # Records kept after lenient recovery of a damaged input (malformed or truncated XML, bytes
+    # that are not UTF-8), one row each: what the parser reported and what was kept or lost.
+    # record_id is the kept paper's paper_id (or the citance's / annotation file's id).
+    "warnings": pa.schema([
+        ("source_file", pa.string()), ("record_id", pa.string()), ("source", pa.string()),
+        ("stage", pa.string()), ("warning", pa.string()),
+    ]),
+    # One row per file found under an input root (METHODS.md §9): status parsed | rejected |
+    # skipped (not read: not an input of the format, hidden) | auxiliary (read with other files:
+    # CL-SciSumm annotation), the reason where it is not plainly parsed, and what it gave:
+    # papers and record rejects (= its input records), citances (annotation rows for an
+    # auxiliary file), warnings. bytes: its size on disk.
+    "files": pa.schema([
+        ("path", pa.string()), ("source", pa.string()), ("format", pa.string()), ("status", pa.string()),
+        ("reason", pa.string()), ("bytes", pa.int64()), ("papers", pa.int64()), ("record_rejects", pa.int64()),
+        ("citances", pa.int64()), ("warnings", pa.int64()),
     ]),
     # One row per (citing, cited) pair with its features and importance (METHODS.md §1).
     "pairs": pa.schema([

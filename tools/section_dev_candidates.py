@@ -19,7 +19,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from importance.readers.clscisumm import parse_paper_xml
+from importance.readers.common import BadRecord, parse_xml
 from importance.readers.scisummnet import paper_sections
 from importance.section_training import read_tsv
 from importance.readers.s2orc import top_sections
@@ -36,7 +36,10 @@ def scisumm_papers(tar_path: Path, kind: str, corpus: str):
             parts = m.name.split("/")
             if not (m.isfile() and m.name.endswith(".xml") and len(parts) >= 2 and parts[-2] == kind):
                 continue
-            root, _ = parse_paper_xml(tar.extractfile(m).read())
+            try:
+                root, _ = parse_xml(tar.extractfile(m).read(), "PAPER", keep_truncated=True)
+            except BadRecord:  # unreadable files are the readers' rejects, not training data
+                continue
             if root is None or root.tag != "PAPER":
                 continue
             secs = [(t or "", x) for t, x in paper_sections(root)]

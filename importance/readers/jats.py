@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import re
 
-from lxml import etree
-
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
-                                       keyword_list, norm_doi, norm_title, parse_year)
+                                       keep_warning, keyword_list, kept_elements, norm_doi, norm_title, parse_xml,
+                                       parse_year)
 from importance.readers.refstrings import parse_reference, plausible_year
 from importance.section_model import BODY_WORDS
 from importance.sections import classify_sections, known_class
 
-_STRICT = dict(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
+# What a recovery warning counts (kept of those the bytes open).
+RECOVERY_UNITS = (("sec", "sections"), ("ref", "references"), ("xref", "cross-references"))
 AUTHOR_KWD_GROUP_TYPES = re.compile(r"^author([-_ ]?(keywords?|generated))?$", re.I)
 XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 SUBJECT_GROUP_TYPES = re.compile(r"^(subject|subjects|subject-area|discipline(-v\d+)?)$", re.I)
@@ -58,22 +58,6 @@ ARTICLE_TYPE_WORDS = frozenset('''
 # Elements that make a mixed-citation structured; without any of them it is a plain string.
 _TAGGED_PARTS = ("article-title", "chapter-title", "source", "year", "person-group", "name", "string-name",
                  "collab", "part-title", "data-title")
-
-
-def parse_xml(data: bytes, root_tag: str):
-    """Strict parse; on failure a lenient (recover=True) one. A truncated document is rejected
-    rather than recovered, because recovery would silently drop its reference list."""
-    try:
-        return etree.fromstring(data, etree.XMLParser(**_STRICT))
-    except etree.XMLSyntaxError as e:
-        msg = str(e)
-        tail = data.rstrip()[-64:]
-        if b"</" + root_tag.encode() not in tail:
-            raise BadRecord(f"truncated XML (no closing </{root_tag}>): {msg}") from None
-        root = etree.fromstring(data, etree.XMLParser(recover=True, **_STRICT))
-        if root is None:
-            raise BadRecord(f"malformed XML: {msg}") from None
-        return root
 
 
 def _text(el) -> str | None:
@@ -132,7 +116,8 @@ def author_keywords(meta, lang: str | None = None) -> list[str]:
 
 def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     data = decompress(path, data)
-    root = parse_xml(data, "article")
+    # A truncated article is rejected, not recovered: recovery would silently drop its reference list.
+    root, recovery = parse_xml(data, "article")
     if root.tag != "article":
         raise BadRecord(f"not a JATS article (root element <{root.tag}>)")
     meta = root.find("front/article-meta")
@@ -191,6 +176,7 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": authors, "year": year,
         "venue": venue, "fields": fields, "keywords": keywords, "mesh": [], "source": source, "has_fulltext": True,
         "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": alt_ids})]
+    out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
 
     seen = set()
     for ref in root.iter("ref"):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 
 from importance.fields import mesh_fields
-from importance.readers.common import (PAPER, BadRecord, author, clean_ws, decompress, keyword_list, norm_doi,
-                                       norm_title, parse_year, reject)
+from importance.readers.common import (PAPER, BadRecord, author, clean_ws, decode_text, decompress, keyword_list,
+                                       norm_doi, norm_title, parse_year, reject, require_text, warning)
 
 _FIELD = re.compile(r"^([A-Z][A-Z0-9 ]{1,3})\s*- ?(.*)$")
 
@@ -55,12 +55,25 @@ def parse_mesh(value: str) -> dict:
 
 
 def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
-    text = decompress(path, data).decode("utf-8-sig", errors="replace")
+    """Content first (empty, not text, not MEDLINE text); bytes that are not UTF-8 are replaced and
+    each record holding one gets a warning."""
+    data = decompress(path, data)
+    require_text(data)
+    text, replaced = decode_text(data)
+    if not any(_FIELD.match(line) for line in text.splitlines()):
+        raise BadRecord(f"not MEDLINE text: no 'TAG - value' line (the file starts with {text.lstrip()[:40]!r})")
     out = []
     for n, (lineno, fields) in enumerate(_blocks(text), 1):
-        out.append(_record(fields, path, source, n, lineno))
+        rec = _record(fields, path, source, n, lineno)
+        out.append(rec)
+        if replaced and rec[0] == PAPER and any("\ufffd" in v for _, v in fields):
+            out.append(warning(path, rec[1]["paper_id"], f"record at line {lineno:,}: bytes not valid UTF-8 "
+                                                         f"replaced by U+FFFD (in the file: {replaced})", source))
     if not out:
         raise BadRecord("no MEDLINE records in file")
+    if not data.endswith(b"\n") and out[-1][0] == PAPER:  # exports end with a line break: this one may be cut
+        out.append(warning(path, out[-1][1]["paper_id"], "the file ends without a final line break: "
+                                                         "this last record may be cut short", source))
     return out
 
 

@@ -12,16 +12,21 @@ keyword_list). A record without PMID is rejected.
 
 The file is parsed as a stream (lxml iterparse over a gunzip stream) and each record is cleared
 once read, so parser memory stays flat as files grow. A file that breaks off mid-way keeps the
-records before the break and adds one reject for the rest. PubmedData/ReferenceList is not read:
+records before the break and adds one reject for the rest, naming the cause (truncated, wrong
+encoding, malformed). Byte sequences that are not UTF-8 are replaced by U+FFFD as the stream is
+read (readers.common.Utf8Repair), and each record holding one gets a warning. PubmedData/ReferenceList is not read:
 MEDLINE has no in-text citations, so it gives no mentions.
 """
 from __future__ import annotations
 
+import re
+
 from lxml import etree
 
 from importance.fields import mesh_fields
-from importance.readers.common import (PAPER, BadRecord, author, clean_ws, keyword_list, norm_doi, norm_title,
-                                       open_stream, parse_year, reject)
+from importance.readers.common import (PAPER, BadRecord, Utf8Repair, author, bom_encoding, clean_ws, keyword_list,
+                                       norm_doi, norm_title, open_text_stream, parse_year, reject, starts_with,
+                                       warning, xml_encoding)
 
 RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
 
@@ -32,9 +37,19 @@ def _text(el) -> str | None:
 
 def parse(path: str, data: bytes, source: str):
     """Generator over the file's records (papers and record rejects)."""
-    if not data or not data.strip():
+    if not data or data.isspace():
         raise BadRecord("empty file")
-    stream = open_stream(path, data)
+    stream = open_text_stream(path, data)  # binary content is named before lxml sees it
+    head = stream.peek(4096)[:4096]
+    start = starts_with(head, bom_encoding(head) or "utf-8")
+    if not start:
+        raise BadRecord("empty file")
+    if not start.startswith("<"):
+        raise BadRecord(f"not XML: the file starts with {start!r}")
+    if xml_encoding(head) in ("utf-8", "utf8"):  # MEDLINE is UTF-8: a few bad bytes must not end the file
+        stream = repaired = Utf8Repair(stream)
+    else:
+        repaired = None
     ctx = etree.iterparse(stream, events=("end",), tag=RECORD_TAGS, resolve_entities=False,
                           no_network=True, load_dtd=False, huge_tree=True)
     n = 0
@@ -48,7 +63,11 @@ def parse(path: str, data: bytes, source: str):
                 yield reject(path, f"record {n}", "PubmedBookArticle (book record) is not a journal article", source)
             else:
                 cit = el if el.tag == "MedlineCitation" else el.find("MedlineCitation")
-                yield _record(cit, el, path, source, n)
+                rec = _record(cit, el, path, source, n)
+                yield rec
+                if repaired is not None and repaired.replaced and rec[0] == PAPER and _holds_replacement(el):
+                    yield warning(path, rec[1]["paper_id"], f"record {n:,}: bytes not valid UTF-8 replaced by "
+                                                            f"U+FFFD (in the file: {repaired.note()})", source)
             # Free the finished record and everything before it (flat memory on big files).
             el.clear(keep_tail=False)
             while el.getprevious() is not None:
@@ -56,9 +75,29 @@ def parse(path: str, data: bytes, source: str):
     except (EOFError, OSError) as e:
         raise BadRecord(f"truncated or corrupt gzip after {n} records: {e}") from None
     except etree.XMLSyntaxError as e:
-        raise BadRecord(f"malformed or truncated XML after {n} records: {e}") from None
+        raise BadRecord(_syntax_reason(e, n)) from None
     if n == 0:
         raise BadRecord("no MedlineCitation records in file")
+
+
+def _holds_replacement(el) -> bool:
+    return any("\ufffd" in t for t in el.itertext()) or any("\ufffd" in v for x in el.iter() for v in x.attrib.values())
+
+
+def _syntax_reason(e, n: int) -> str:
+    """The cause of a stream parse error: truncated (the data ended inside an element), wrong
+    encoding, or malformed markup; the records before it were kept."""
+    msg = re.sub(r"\s*\(<string>, line \d+\)$", "", str(e).strip())
+    low = msg.lower()
+    if "premature end of data" in low or "end of data" in low or "endtag: '</' not found" in low:
+        cause = "truncated XML"
+    elif "encoding" in low or "labelled" in low or "not proper utf" in low:
+        cause = "wrong encoding"
+    elif n == 0 and ("document is empty" in low or "start tag expected" in low):
+        cause = "not XML"
+    else:
+        cause = "malformed XML"
+    return f"{cause} after {n} records: {msg}"
 
 
 def _record(cit, wrapper, path: str, source: str, n: int):

@@ -32,8 +32,9 @@ import re
 from dataclasses import dataclass, field
 
 from importance.fields import arxiv_fields
-from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, norm_doi,
-                                       norm_title, open_stream, parse_year, reject)
+from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, bom_encoding, clean_ws,
+                                       json_truncated, norm_doi, norm_title, open_text_stream, parse_year, reject,
+                                       starts_with, utf8_problem, warning)
 from importance.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
 from importance.sections import classify_sections, known_class
 
@@ -53,8 +54,18 @@ def norm_arxiv(text: str | None) -> str | None:
 
 
 def _lines(path: str, data: bytes):
-    """(line number, bytes) of a JSONL file, gunzipping as a stream (no second full copy in memory)."""
-    stream = open_stream(path, data)
+    """(line number, bytes) of a JSONL file, gunzipping as a stream (no second full copy in memory).
+    The first bytes are looked at before any line: binary content, a UTF-16/32 byte-order mark
+    (JSON Lines are UTF-8: such a file's lines cannot be split) or text that does not start a JSON
+    value reject the whole file with that cause."""
+    stream = open_text_stream(path, data)
+    head = stream.peek(4096)[:4096]
+    enc = bom_encoding(head)
+    if enc in ("utf-16", "utf-32"):
+        raise BadRecord(f"wrong encoding: {enc.upper()} (byte-order mark); JSON Lines files are UTF-8")
+    start = starts_with(head)
+    if start and start[0] not in "{[":
+        raise BadRecord(f"not JSON Lines: the file starts with {start!r}")
     n = 0
     try:
         for line in stream:
@@ -72,10 +83,16 @@ def parse(path: str, data: bytes, source: str):
             continue
         n_lines += 1
         rid = f"line {lineno}"
+        replaced = utf8_problem(raw, where=False)  # a few bad bytes in one string: keep the record, say so
+        text = raw.decode("utf-8-sig", errors="replace")
         try:
-            doc = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            yield reject(path, rid, f"invalid JSON on line {lineno}: {e}"[:500], source)
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            if json_truncated(e, text):  # a cut line: the parser ran into its end
+                reason = f"truncated JSON on line {lineno}: the line ends before the record is complete ({e.msg})"
+            else:
+                reason = f"malformed JSON on line {lineno}, column {e.colno:,}: {e.msg}"
+            yield reject(path, rid, reason[:500], source)
             continue
         try:
             recs = parse_doc(doc, path, source, lineno)
@@ -86,6 +103,8 @@ def parse(path: str, data: bytes, source: str):
             yield reject(path, rid, f"unreadable record on line {lineno}: {type(e).__name__}: {e}"[:500], source)
             continue
         yield from recs
+        if replaced:
+            yield warning(path, recs[0][1]["paper_id"], f"line {lineno}: {replaced} replaced by U+FFFD", source)
     if n_lines == 0:
         raise BadRecord("empty file")
 

@@ -16,9 +16,9 @@ import html
 import json
 import re
 
-from importance.readers.common import (CITANCE, PAPER, SENTENCE, BadRecord, author, clean_ws, decompress,
-                                       norm_title, reject)
-from importance.readers.jats import parse_xml
+from importance.readers.common import (CITANCE, PAPER, SENTENCE, BadRecord, author, clean_ws, decode_text,
+                                       decompress, keep_warning, norm_title, parse_json, parse_xml, reject,
+                                       require_text, warning)
 from importance.sections import classify_sections, known_class
 
 ACL_ID = re.compile(r"^([A-Z])(\d\d)-(\d{4})$")
@@ -65,23 +65,29 @@ def _folder_id(path: str) -> str:
     return parts[-2] if len(parts) >= 2 else ""
 
 
+# What a recovery warning counts (kept of those the bytes open).
+RECOVERY_UNITS = (("SECTION", "sections"), ("S", "sentences"))
+
+
 def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
+    """Content first (empty, not text, wrong encoding, not XML/JSON, truncated), then the names."""
     name = path.rsplit("/", 1)[-1]
     base = re.sub(r"\.gz$", "", name)
+    data = decompress(path, data)
+    require_text(data)
     if base.startswith("citing_sentences") and base.endswith(".json"):
         return _parse_citances(path, data, source)
     if base.endswith(".xml"):
         return _parse_paper(path, base[:-4], data, source)
-    raise BadRecord(f"unrecognised ScisummNet file {name}")
+    raise BadRecord(f"not a ScisummNet file: {name} (a folder holds <ACL id>.xml and citing_sentences.json)")
 
 
 def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[str, dict]]:
-    data = decompress(path, data)
-    if not ACL_ID.match(acl.upper()):
-        raise BadRecord(f"file name {acl!r} is not an ACL Anthology id")
-    root = parse_xml(data, "PAPER")
+    root, recovery = parse_xml(data, "PAPER")
     if root.tag != "PAPER":
         raise BadRecord(f"not a ScisummNet paper (root element <{root.tag}>)")
+    if not ACL_ID.match(acl.upper()):
+        raise BadRecord(f"file name {acl!r} is not an ACL Anthology id")
     paper_id = f"acl:{acl.lower()}"
     t = root.find("S")
     title = clean_ws("".join(t.itertext())) if t is not None else None
@@ -93,6 +99,7 @@ def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[st
         "year": acl_year(acl), "venue": VENUES.get(acl[0].upper(), "ACL Anthology"), "fields": [FIELD],
         "keywords": [], "mesh": [], "source": source, "has_fulltext": True, "source_file": path, "ord": 0,
         "title_norm": norm_title(title), "alt_ids": [paper_id]})]
+    out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
     sentences, _ = section_sentences(root, paper_id, path)
     return out + sentences
 
@@ -135,16 +142,13 @@ def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, d
 
 
 def _parse_citances(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
-    data = decompress(path, data)
+    text, replaced = decode_text(data)
+    items = parse_json(text)
+    if not isinstance(items, list):
+        raise BadRecord(f"not a citing_sentences list (the JSON is {type(items).__name__})")
     cited = _folder_id(path)
     if not ACL_ID.match(cited.upper()):
         raise BadRecord(f"folder name {cited!r} of a citing_sentences file is not an ACL Anthology id")
-    try:
-        items = json.loads(data.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError as e:
-        raise BadRecord(f"malformed JSON: {e}") from None
-    if not isinstance(items, list):
-        raise BadRecord("citing_sentences JSON is not a list")
     out = []
     for i, c in enumerate(items):
         rid = f"{cited}#{c.get('citance_No', i) if isinstance(c, dict) else i}"
@@ -158,4 +162,6 @@ def _parse_citances(path: str, data: bytes, source: str) -> list[tuple[str, dict
             "authors": parse_authors(c.get("citing_paper_authors")), "key": key,
             "prefix": key[:KEY_LEN], "suffix": key[-KEY_LEN:], "record_id": rid, "source_file": path,
             "source": source}))
+        if replaced and "\ufffd" in f"{c.get('clean_text')}{c.get('raw_text')}":
+            out.append(warning(path, rid, f"citance text: {replaced} in the file", source))
     return out

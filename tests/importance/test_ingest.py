@@ -1,11 +1,21 @@
-"""The ingest stage on Spark: every input record is a paper or a reject, references resolve."""
+"""The ingest stage on Spark: every input record is a paper or a reject, every input file a row of
+`files`, references resolve."""
+import csv
 import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from importance.ingest import IngestConfig, run_ingest
+from importance.ingest import (DUPLICATE_CITANCE_REASON, DUPLICATE_REASON, HIDDEN_FILE_REASON, IngestConfig,
+                               run_ingest)
+from importance.readers.clscisumm import SKIPPED_REASON
+from mapping.evaluate import ingest_section
 from importance.resolve import raw_fallback_id
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
@@ -117,3 +127,94 @@ def test_spark_ingest_clscisumm_counts(spark, clscisumm, tmp_path):
     got = sorted((m["section_title"], m["section_class"]) for m in ments if m["citing_id"] == "acl:c02-1033")
     assert got == sorted(exp)
     assert [m["section_class"] for m in ments if m["citing_id"] == "acl:p6230"] == ["O"]
+
+
+def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, test_data, tmp_path):
+    """The CSV form of the annotation (several annotators) through Spark, in a folder that also holds
+    a stray paper beside the expected folders, Documents_TXT, a hidden file, a PDF, an empty file,
+    random bytes as a citing paper, a truncated citing paper and a duplicate: every file is a row of
+    `files`, every annotated row a mention or a citance reject, and the counts add up."""
+    rp = "C98-1097"
+    root = tmp_path / "in"
+    folder = root / rp
+    shutil.copytree(test_data / "clscisumm-csv" / rp, folder)
+    cites = folder / "Citance_XML"
+    good = (cites / "C02-1033.xml").read_bytes()
+    (cites / "ICDAR99.xml").write_bytes(random.Random(5).randbytes(4000))  # annotated by both annotators
+    (cites / "X00-1000.xml").write_bytes(good[: len(good) // 2])  # truncated, not annotated
+    (cites / "empty.xml").write_bytes(b"")
+    (cites / ".C02-1033.xml.swp").write_bytes(b"vim swap")
+    (folder / f"{rp}.xml").write_bytes((folder / "Reference_XML" / f"{rp}.xml").read_bytes())  # stray
+    (folder / "Documents_TXT").mkdir()
+    (folder / "Documents_TXT" / f"{rp}.txt").write_text("plain text of the paper\n")
+    (folder / "paper.pdf").write_bytes(b"%PDF-1.4\n" + random.Random(6).randbytes(300))
+    (root / "dup" / "Citance_XML").mkdir(parents=True)
+    (root / "dup" / "Citance_XML" / "C02-1033.xml").write_bytes(good)  # the same paper id again
+    every_file = sorted(str(p) for p in root.rglob("*") if p.is_file())
+    assert len(every_file) == 14
+
+    layout = RunLayout(tmp_path / "run")
+    s = run_ingest(IngestConfig(inputs=[{"path": str(root), "format": "clscisumm", "source": "cls"}],
+                                output_partitions=1), layout, spark=spark)
+    d = s["per_source"]["cls"]
+    assert s["check_input_equals_papers_plus_rejects"] and d["check_citances"]
+    assert s["check_files_found_equals_accounted"] and d["check_files_found_equals_accounted"]
+    assert d["files"] == {"found": 14, "parsed": 6, "rejected": 2, "skipped": 4, "auxiliary": 2}
+    assert d["input_records"] == 8 and d["papers_corpus"] == 5 and d["record_rejects"] == 3
+    assert d["input_citances"] == 19 and d["citances_in_corpus"] == 5 and d["citance_rejects"] == 14
+
+    files = pq.read_table(layout.table("files")).to_pylist()
+    local = {str(Path(unquote(urlparse(f["path"]).path))): f for f in files}
+    assert sorted(local) == every_file and len(files) == 14  # each file once
+    status = {p.removeprefix(str(root) + "/"): (f["status"], f["reason"]) for p, f in local.items()}
+    assert status[f"{rp}/{rp}.xml"] == ("skipped", SKIPPED_REASON)
+    assert status[f"{rp}/Documents_TXT/{rp}.txt"] == ("skipped", SKIPPED_REASON)
+    assert status[f"{rp}/Citance_XML/.C02-1033.xml.swp"] == ("skipped", HIDDEN_FILE_REASON)
+    assert status[f"{rp}/paper.pdf"] == ("skipped", "not a clscisumm input (name does not match *.{xml,txt,csv})")
+    assert status[f"{rp}/Citance_XML/empty.xml"] == ("rejected", "empty file")
+    assert status[f"{rp}/Citance_XML/ICDAR99.xml"][0] == "rejected"
+    assert status[f"{rp}/Citance_XML/ICDAR99.xml"][1].startswith("not text: binary data")
+    assert {status[f"{rp}/annotation/{rp}.annotator{i}.csv"][0] for i in (1, 2)} == {"auxiliary"}
+    assert s["skipped_files"]["total"] == 4 and len(s["skipped_files"]["first"]) == 4
+    assert {(x["reason"], x["count"]) for x in s["skipped_files"]["by_reason"]} == {
+        (SKIPPED_REASON, 2), (HIDDEN_FILE_REASON, 1),
+        ("not a clscisumm input (name does not match *.{xml,txt,csv})", 1)}
+
+    # Every annotated row: a mention (one per citing sentence) or a citance reject.
+    rows = []
+    for f in sorted((folder / "annotation").glob("*.csv")):
+        with f.open(newline="") as fh:
+            rows += [(f.name, r) for r in csv.DictReader(fh)]
+    assert len(rows) == 16
+    rejects = pq.read_table(layout.table("rejects")).to_pylist()
+    row_rejects = [r for r in rejects if ".csv#" in (r["record_id"] or "")]
+    ments = pq.read_table(layout.table("mentions")).to_pylist()
+    annotated = {"acl:c02-1033", "acl:p04470"}  # the annotated citing papers present
+    assert len(row_rejects) + sum(m["citing_id"] in annotated for m in ments) == len(rows)
+    reasons = Counter(r["reason"].split(":")[0] for r in row_rejects)
+    assert reasons == {DUPLICATE_CITANCE_REASON: 3, "citing paper's Citance_XML file rejected": 2,
+                       "citing paper P07-1061 has no file C98-1097/Citance_XML/P07-1061.xml": 6,
+                       "citing paper P06128 has no file C98-1097/Citance_XML/P06128.xml": 1,
+                       "citing paper S0885 has no file C98-1097/Citance_XML/S0885.xml": 1}
+    # placed in their sections (the SECTION holding each annotated sentence), not all in class O
+    for citing in ("C02-1033", "P04470"):
+        sids = list(dict.fromkeys(r["Citation Offset"].strip("[]'") for _, r in rows if r["Citing Article"] == citing))
+        exp = clscisumm.expected_sections((cites / f"{citing}.xml").read_bytes(), sids)
+        got = sorted((m["section_title"], m["section_class"]) for m in ments
+                     if m["citing_id"] == f"acl:{citing.lower()}")
+        assert got == sorted(exp)
+    assert {m["section_class"] for m in ments if m["citing_id"] in annotated} - {"O"}
+    assert [m["section_class"] for m in ments if m["citing_id"] == "acl:x00-1000"] == ["O"]
+    assert [r["reason"] for r in rejects if r["record_id"] == "acl:c02-1033"] == [DUPLICATE_REASON]
+
+    warns = {w["record_id"]: w["warning"] for w in pq.read_table(layout.table("warnings")).to_pylist()}
+    assert set(warns) == {"acl:p04470", "acl:p6230", "acl:x00-1000"} and d["warnings"] == 3
+    assert warns["acl:x00-1000"].startswith("recovered from truncated XML") and "lost" in warns["acl:x00-1000"]
+    assert warns["acl:p04470"].startswith("recovered from malformed XML (Opening and ending tag mismatch")
+
+    report = "\n".join(ingest_section(s))
+    assert "| cls | 14 | 6 | 2 | 4 | 2 | 3 | yes |" in report and "Skipped files (4;" in report
+    assert "Skipped files by reason:" in report and f"| cls | {HIDDEN_FILE_REASON} | 1 |" in report
+    for p in ("paper.pdf", f"Documents_TXT/{rp}.txt", ".C02-1033.xml.swp", f"{rp}/{rp}.xml"):
+        assert p in report, p
+    assert "Warnings (3;" in report and "recovered from truncated XML" in report

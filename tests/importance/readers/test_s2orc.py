@@ -55,7 +55,7 @@ def test_unarxive_bad_lines_are_rejected_others_kept(of_kind, test_data):
     recs = list(parse_file("s2orc", "unarxive", "bad.jsonl", data))
     rej = of_kind(recs, "reject")
     assert [(r["record_id"], r["reason"].split(" on line")[0]) for r in rej] == [
-        ("line 2", "invalid JSON"), ("line 3", "line 3 is not a JSON object")]
+        ("line 2", "truncated JSON"), ("line 3", "line 3 is not a JSON object")]  # the cause, not "invalid"
     assert [p["paper_id"] for p in of_kind(recs, "paper")] == ["arxiv:2212.11827", "arxiv:2212.11825"]
     gz = list(parse_file("s2orc", "unarxive", "t.jsonl.gz", gzip.compress(data)[:-30]))
     assert of_kind(gz, "reject")[-1]["reason"].startswith("truncated or corrupt gzip")
