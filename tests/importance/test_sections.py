@@ -99,8 +99,8 @@ def test_decode_follows_the_transitions_and_keeps_fixed_classes():
     assert m.decode(logp, [None, None, None, "D"]) == ["I", "M", "M", "D"]
 
 
-def test_save_load_round_trip(tmp_path):
-    hand = read_labelled(DEFAULT_HAND)[:400]
+def test_save_load_round_trip(tmp_path, repo_root):
+    hand = read_labelled(repo_root / DEFAULT_HAND)[:400]
     m = fit(hand, TrainSettings(min_count=2))
     m.transitions = np.log(np.full((6, 5), 0.2, dtype=np.float32))
     m.save(tmp_path / "m.npz")
@@ -112,8 +112,8 @@ def test_save_load_round_trip(tmp_path):
         [m.predict(s.title, s.text, s.position, s.n_sections) for s in probe]
 
 
-def test_training_is_deterministic_and_masks_headings():
-    hand = read_labelled(DEFAULT_HAND)[:300]
+def test_training_is_deterministic_and_masks_headings(repo_root):
+    hand = read_labelled(repo_root / DEFAULT_HAND)[:300]
     a, b = fit(hand, TrainSettings(min_count=2)), fit(hand, TrainSettings(min_count=2))
     assert a.index == b.index and np.array_equal(a.weights, b.weights)
     free = [s for s in hand if s.title][:5]
@@ -122,12 +122,12 @@ def test_training_is_deterministic_and_masks_headings():
     assert len(rows) == 2 * len(free)  # free labels are also seen with the heading reduced to its number
 
 
-def test_shipped_model_on_the_development_set():
+def test_shipped_model_on_the_development_set(repo_root):
     """The shipped model on the held-out development set (bench/section_f1.py prints the full
     report): floors a little under the measured figures, so a worse model fails here."""
     model = default_model()
     assert model is not None, "importance/data/section_model.npz is missing"
-    dev = read_labelled(DEFAULT_DEV)
+    dev = read_labelled(repo_root / DEFAULT_DEV)
     assert len(dev) >= 400 and sum(s.title is None or heading_kind(s.title) != "keyword" for s in dev) >= 200
     truth, pred, hard = [], [], []
     for pid in dict.fromkeys(s.paper_id for s in dev):
