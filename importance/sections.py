@@ -190,7 +190,7 @@ def _position_fallback(title: str | None, position: int | None) -> str:
 
 def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] | None = None,
                       sec_types: Sequence[str | None] | None = None, positions: Sequence[int] | None = None,
-                      n_sections: int | None = None, model=None) -> list[str]:
+                      n_sections: int | None = None, model=None, research: bool = True) -> list[str]:
     """The classes of one paper's top-level sections, in order (METHODS.md §1.1).
 
     sec-type, then keyword headings fix a section's class; the others are scored by the learned
@@ -198,7 +198,9 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
     one sequence. Sections after back matter or after the conclusion are appendices (O:
     appendix_sections). positions default to 0..n-1 and n_sections to the number of titles (give both
     when the list is a subset of the paper's sections). model: a SectionModel other than the
-    shipped one (evaluation)."""
+    shipped one (evaluation). research=False (a review, feature or editorial, by the article's own
+    type): its topical sections are not parts of an IMRaD paper, so only sec-type and headings give
+    classes and the rest keeps the position rule (first block I, else O)."""
     from importance.section_model import default_model, features, neighbour_classes
 
     n = len(titles)
@@ -210,7 +212,7 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
     fixed = ["O" if a else f for f, a in zip(fixed, appendix_sections(titles, fixed))]
     if n == 0 or all(fixed):
         return fixed
-    model = model or default_model()
+    model = model or (default_model() if research else None)
     if model is None:
         return [f or _position_fallback(t, p) for f, t, p in zip(fixed, titles, positions)]
     near = neighbour_classes(titles)

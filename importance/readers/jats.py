@@ -233,7 +233,7 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     types = [b[1] for b in blocks]
     # the text is read only where sec-type and heading leave the class open
     texts = [None if known_class(st, t) else block_text(els) for t, st, els in blocks]
-    classes = classify_sections(titles, texts, types)
+    classes = classify_sections(titles, texts, types, research=is_research_article(root))
     for pos, ((stitle, stype, els), cls) in enumerate(zip(blocks, classes)):
         for el in els:
             for x in el.iter("xref"):
@@ -245,6 +245,24 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
                         "section_type": stype, "section_class": cls, "position": pos,
                         "source_file": path}))
     return out
+
+
+# Article types (JATS article-type, eLife's display channel) that are not research papers: their
+# sections are topics, not IMRaD parts (METHODS.md §1.1).
+NON_RESEARCH_TYPES = frozenset("""review-article editorial letter news article-commentary book-review correction
+    retraction partial-retraction obituary product-review meeting-report reply discussion announcement calendar
+    collection introduction in-brief addendum""".split())
+NON_RESEARCH_CHANNELS = frozenset(("feature article", "insight", "editorial", "correction", "retraction"))
+
+
+def is_research_article(root) -> bool:
+    """False for reviews, features, editorials and the like, by the article's own type."""
+    if (root.get("article-type") or "").strip().lower() in NON_RESEARCH_TYPES:
+        return False
+    meta = root.find("front/article-meta")
+    channels = ([(_text(s) or "").lower() for g in meta.iter("subj-group") if g.get("subj-group-type") == "display-channel"
+                 for s in g.findall("subject")] if meta is not None else [])
+    return not any(c in NON_RESEARCH_CHANNELS for c in channels)
 
 
 def top_blocks(body) -> list[tuple[str | None, str | None, list]]:
