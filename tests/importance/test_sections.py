@@ -71,6 +71,21 @@ def test_appendices_by_place():
     assert classify_sections(["1 Introduction", "2.", "3 Conclusions", "A. Proofs"])[3] == "O"
 
 
+def test_non_research_articles_keep_headings_and_position():
+    from lxml import etree
+
+    from importance.readers.jats import is_research_article
+
+    titles = ["Introduction", "The natural history of house mice", "Insights from wild mice", "Conclusions"]
+    assert classify_sections(titles, research=False) == ["I", "O", "O", "D"]
+    feature = (b'<article article-type="research-article"><front><article-meta><article-categories>'
+               b'<subj-group subj-group-type="display-channel"><subject>Feature Article</subject></subj-group>'
+               b'</article-categories></article-meta></front></article>')
+    assert not is_research_article(etree.fromstring(feature))
+    assert is_research_article(etree.fromstring(feature.replace(b"Feature Article", b"Research Article")))
+    assert not is_research_article(etree.fromstring(b'<article article-type="review-article"/>'))
+
+
 def test_without_model_the_position_rule_decides(monkeypatch):
     import importance.section_model as sm
 
