@@ -4,7 +4,7 @@ Reads the public corpora in ../shared/data (ScisummNet 2019, the CL-SciSumm 2018
 the unArXive sample), extracts every paper's top-level sections (heading, index, number of
 sections, text) the way the readers see them, draws whole papers with a fixed seed (more papers
 whose headings say nothing: empty, a bare number, no IMRaD keyword) and writes one row per section
-to a TSV with an empty `label` column, for labelling by reading (bench/data/section_dev/README.md).
+to a TSV with an empty `label` column, for labelling by reading (data/section_labels/README.md).
 
     .venv/bin/python tools/section_dev_candidates.py --out /tmp/section_candidates.tsv
 """
@@ -12,50 +12,20 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
-import json
 import random
-import re
-import tarfile
 from pathlib import Path
 
-from importance.readers.common import BadRecord, parse_xml
-from importance.readers.scisummnet import paper_sections
-from importance.section_training import read_tsv
-from importance.readers.s2orc import top_sections
+from importance.section_training import (CLSCISUMM_TAR, SCISUMMNET_TAR, UNARXIVE_TAR, read_tsv, scisumm_sections,
+                                         unarxive_sections)
 from importance.sections import heading_kind
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT_CHARS = 1500  # what the labellers read; the `text` column holds the whole section
 
 
-def scisumm_papers(tar_path: Path, kind: str, corpus: str):
-    """(corpus, paper_id, [(title, text)]) of every <PAPER> XML in a `kind` folder of the tar."""
-    with tarfile.open(tar_path, "r:gz") as tar:
-        for m in tar:
-            parts = m.name.split("/")
-            if not (m.isfile() and m.name.endswith(".xml") and len(parts) >= 2 and parts[-2] == kind):
-                continue
-            try:
-                root, _ = parse_xml(tar.extractfile(m).read(), "PAPER", keep_truncated=True)
-            except BadRecord:  # unreadable files are the readers' rejects, not training data
-                continue
-            if root is None or root.tag != "PAPER":
-                continue
-            secs = [(t or "", x) for t, x in paper_sections(root)]
-            if secs:
-                yield corpus, "acl:" + parts[-1][:-4].lower(), secs
-
-
-def unarxive_papers(tar_path: Path):
-    with tarfile.open(tar_path, "r:gz") as tar:
-        for m in tar:
-            if m.isfile() and m.name.endswith(".jsonl"):
-                for line in io.TextIOWrapper(tar.extractfile(m), encoding="utf-8"):
-                    doc = json.loads(line)
-                    secs = [(s.title or "", s.text) for s in top_sections(doc.get("body_text") or [])]
-                    if secs:
-                        yield "unarxive", "arxiv:" + doc["paper_id"], secs
+def corpus_pool(corpus: str, papers) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(corpus, paper_id, [(title or "", text)]) of each paper the training readers yield."""
+    return [(corpus, pid, [(t or "", x) for t, x in secs]) for pid, secs, _ in papers]
 
 
 def share(secs, kinds) -> float:
@@ -73,11 +43,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-per-paper", type=int, default=12)
     ap.add_argument("--exclude", nargs="*", default=[], help="labelled TSV(s) whose papers are not drawn again")
     a = ap.parse_args(argv)
-    cl = DATA / "cl-scisumm"
     pools = {
-        "scisummnet": list(scisumm_papers(cl / "scisummnet-2019.tar.gz", "Reference_XML", "scisummnet")),
-        "clscisumm": list(scisumm_papers(cl / "training-set-2018-40topics.tar.gz", "Citance_XML", "clscisumm")),
-        "unarxive": list(unarxive_papers(DATA / "unarxive-sample" / "unarXive_data_sample.tar.gz")),
+        "scisummnet": corpus_pool("scisummnet", scisumm_sections(DATA / SCISUMMNET_TAR, "scisummnet", ("Reference_XML",))),
+        "clscisumm": corpus_pool("clscisumm", scisumm_sections(DATA / CLSCISUMM_TAR, "clscisumm", ("Citance_XML",))),
+        "unarxive": corpus_pool("unarxive", unarxive_sections(DATA / UNARXIVE_TAR)),
     }
     rng = random.Random(a.seed)
     chosen, seen = [], set()
