@@ -30,7 +30,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_json_atomic
 
-from importance.spark import (AUTO, InputSize, SparkSettings, arrow_to_spark_type, auto_int, measure_files,
+from importance.spark import (AUTO, InputSize, SizeTally, SparkSettings, arrow_to_spark_type, auto_int,
                               spark_for_stage, to_spark_schema, total_size, write_spark_table)
 
 # Relative input paths are read from the working directory (make demo runs from the checkout).
@@ -146,13 +146,15 @@ def file_uri(path: str | Path) -> str:
 class InputListing:
     """One input root, listed by the driver (metadata only). found: every file under it; unread:
     (uri, bytes, reason) of the files Spark's reader will not see (not matching the format's glob,
-    hidden names); empty: zero-length files the glob matches (Spark's file sources skip them too)."""
+    hidden names); empty: zero-length files the glob matches (Spark's file sources skip them too);
+    read: the size of the files the reader gets (what the Spark settings are derived from)."""
 
     source: str
     fmt: str
     found: int = 0
     unread: list = field(default_factory=list)
     empty: list = field(default_factory=list)
+    read: SizeTally = field(default_factory=lambda: SizeTally("input files"))
 
 
 def list_input(spec: dict) -> InputListing:
@@ -183,6 +185,7 @@ def list_input(spec: dict) -> InputListing:
             elif not any(fnmatch.fnmatchcase(name, q) for q in patterns):
                 reason = f"not a {fmt} input (name does not match {glob})"
             else:
+                out.read.add(full, size)
                 if size == 0:
                     out.empty.append(file_uri(full))
                 continue
@@ -215,13 +218,10 @@ def check_format(fmt) -> None:
         raise UserError(f"ingest input format {fmt!r} is unknown; set format to one of: {known_formats()}")
 
 
-def input_size(inputs: list[dict]) -> InputSize:
-    """Bytes and files of the inputs, by listing (what the Spark settings are derived from)."""
-    from importance.readers import GLOBS
-
-    return total_size((measure_files(resolve_input_path(spec["path"]),
-                                     _glob_patterns(spec.get("glob", GLOBS[spec["format"]])))
-                       for spec in inputs), "input files")
+def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -> InputSize:
+    """Bytes and files the readers get, by listing (what the Spark settings are derived from);
+    from `listings` when the inputs were listed already."""
+    return total_size((x.read.size() for x in listings or [list_input(spec) for spec in inputs]), "input files")
 
 
 def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listings: list | None = None):
@@ -465,13 +465,16 @@ def check_inputs(cfg: IngestConfig) -> None:
         resolve_input_path(spec.get("path", ""))
 
 
-def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize | None = None) -> dict:
+def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize | None = None,
+               listings: list[InputListing] | None = None) -> dict:
+    """The ingest stage; `listings` (list_input of each input) and `size` when the caller listed
+    the inputs already: each input root is walked once."""
     from pyspark import StorageLevel
 
     t0 = time.time()
     check_inputs(cfg)
-    spark, used = spark_for_stage(cfg, size or input_size(cfg.inputs), "ingest", spark)
-    listings = [list_input(spec) for spec in cfg.inputs]
+    listings = listings or [list_input(spec) for spec in cfg.inputs]
+    spark, used = spark_for_stage(cfg, size or input_size(cfg.inputs, listings), "ingest", spark)
     found: dict[str, int] = {}
     for listing in listings:
         found[listing.source] = found.get(listing.source, 0) + listing.found

@@ -309,13 +309,32 @@ def this_machine() -> Machine:
     return Machine(max(1, cores), memory)
 
 
+class SizeTally:
+    """Adds up files as a listing meets them: bytes (a .gz counted GZIP_EXPANSION x), bytes on disk,
+    the number, the largest (measure_files; the ingest stage's one listing of its inputs)."""
+
+    def __init__(self, what: str = "input"):
+        self.what = what
+        self.total = self.disk = self.files = self.largest = 0
+        self.largest_path = ""
+
+    def add(self, path: str, n: int) -> None:
+        self.files += 1
+        self.disk += n
+        self.total += n * GZIP_EXPANSION if path.endswith(".gz") else n
+        if n > self.largest:
+            self.largest, self.largest_path = n, path
+
+    def size(self) -> InputSize:
+        return InputSize(self.total, self.files, self.what, self.disk, self.largest, self.largest_path)
+
+
 def measure_files(path, patterns=("*",), what: str = "input") -> InputSize:
     """Bytes and number of the files under `path` (or the file `path`) whose names match one of
     `patterns`, by listing (os.walk + stat, nothing read). Names starting with '.' or '_' are
     skipped, as Spark's file sources skip them."""
     p = Path(path)
-    total = disk = files = largest = 0
-    largest_path = ""
+    tally = SizeTally(what)
     if p.is_file():
         entries = [(str(p.parent), [p.name])]
     else:
@@ -328,12 +347,8 @@ def measure_files(path, patterns=("*",), what: str = "input") -> InputSize:
                 n = os.stat(os.path.join(root, name)).st_size
             except OSError:
                 continue
-            files += 1
-            disk += n
-            total += n * GZIP_EXPANSION if name.endswith(".gz") else n
-            if n > largest:
-                largest, largest_path = n, os.path.join(root, name)
-    return InputSize(total, files, what, disk, largest, largest_path)
+            tally.add(os.path.join(root, name), n)
+    return tally.size()
 
 
 def total_size(sizes, what: str) -> InputSize:

@@ -22,11 +22,12 @@ def spark_session(ctx: StageContext, cfg, size, stage: str):
 
 
 def _ingest(cfg, layout, ctx):
-    from importance.ingest import check_inputs, input_size, run_ingest
+    from importance.ingest import check_inputs, input_size, list_input, run_ingest
 
     check_inputs(cfg)  # before Spark starts: a wrong path is one sentence, not a JVM log
-    size = input_size(cfg.inputs)
-    return run_ingest(cfg, layout, spark=spark_session(ctx, cfg, size, "ingest"), size=size)
+    listings = [list_input(spec) for spec in cfg.inputs]  # one walk of each input root
+    size = input_size(cfg.inputs, listings)
+    return run_ingest(cfg, layout, spark=spark_session(ctx, cfg, size, "ingest"), size=size, listings=listings)
 
 
 def _show_ingest(s: dict) -> str:
