@@ -31,6 +31,7 @@ import csv
 import html
 import io
 import re
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -137,12 +138,22 @@ def _annotations_for(path: str, rp: str, citing: str) -> list[dict] | None:
         return None
     out = []
     for f in files:
-        try:
-            rows, _ = _rows_with_ids(f.name, f.read_bytes(), rp)
-        except (BadRecord, OSError):
-            continue
-        out += [a for a in rows if a["citing"] == citing]  # exact: some folders hold X.xml and x.xml
+        st = f.stat()
+        out += [a for a in _annotation_file_rows(str(f), (st.st_size, st.st_mtime_ns), rp)
+                if a["citing"] == citing]  # exact: some folders hold X.xml and x.xml
     return out
+
+
+@lru_cache(maxsize=64)
+def _annotation_file_rows(path: str, stamp: tuple[int, int], rp: str) -> tuple[dict, ...]:
+    """The rows of one annotation file, read and parsed once per process: every Citance_XML file of
+    the RP folder asks for them (stamp: size and modification time, so a changed file is read
+    again). An unreadable file gives no rows (it is rejected as an input of its own)."""
+    try:
+        rows, _ = _rows_with_ids(Path(path).name, Path(path).read_bytes(), rp)
+    except (BadRecord, OSError):
+        return ()
+    return tuple(rows)
 
 
 def parse(path: str, data: bytes, source: str):
@@ -205,12 +216,15 @@ def _annotation_file(path: str, name: str, data: bytes, rp: str, source: str):
     if replaced:
         yield warning(path, f"{rp}#{name}", f"annotation: {replaced}", source)
     citance_dir = _local(path).parent.parent / "Citance_XML"
+    # the citing files' sizes, listed once (not a stat per row)
+    sizes = {f.name[:-4]: f.stat().st_size for f in citance_dir.glob("*.xml") if f.is_file()} \
+        if citance_dir.is_dir() else {}
     for a in rows:
         if not a["citing"]:
             reason = "annotation row without a Citing Article"
-        elif not (citance_dir / f"{a['citing']}.xml").is_file():
+        elif a["citing"] not in sizes:
             reason = f"citing paper {a['citing']} has no file {rp}/Citance_XML/{a['citing']}.xml"
-        elif (citance_dir / f"{a['citing']}.xml").stat().st_size == 0:
+        elif sizes[a["citing"]] == 0:
             reason = f"citing paper {a['citing']}: its Citance_XML file is empty"
         else:
             continue  # read with that Citance_XML file
