@@ -83,8 +83,10 @@ def parse(path: str, data: bytes, source: str):
             continue
         n_lines += 1
         rid = f"line {lineno}"
-        replaced = utf8_problem(raw, where=False)  # a few bad bytes in one string: keep the record, say so
-        text = raw.decode("utf-8-sig", errors="replace")
+        try:  # decoded once; a few bad bytes in one string keep the record, with a warning
+            text, replaced = raw.decode("utf-8-sig"), None
+        except UnicodeDecodeError:
+            text, replaced = raw.decode("utf-8-sig", errors="replace"), utf8_problem(raw, where=False)
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
