@@ -1,6 +1,6 @@
 """Write a CL-SciSumm annotation file of the text form ("Field: value | Field: value" lines, the
 2018 training set) in the CSV form of the 2018 test set (a developer tool, never run by the
-pipeline; it built the fixture tests/data/clscisumm-csv).
+pipeline; it wrote the annotator CSVs of tests/data/clscisumm-csv).
 
 The CSV header is the test set's: the text form's fields plus "Citation Text Clean" (the citation
 text without its <S ...> markup, whitespace collapsed). Written by Python's csv writer, so fields

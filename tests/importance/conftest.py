@@ -49,3 +49,18 @@ def clscisumm(test_data):
         expected_sections=_expected_sections,
         annotated_sids=_annotated_sids,
     )
+
+
+@pytest.fixture(scope="session")
+def clscisumm_csv(test_data, tmp_path_factory):
+    """The CL-SciSumm fixture's RP folder in the CSV form of the 2018 test set: its Reference_XML
+    and Citance_XML files with the annotator CSVs of tests/data/clscisumm-csv instead of the text
+    annotation (assembled here, so the papers are kept once, in tests/data/clscisumm)."""
+    import shutil
+
+    rp = "C98-1097"
+    folder = tmp_path_factory.mktemp("clscisumm-csv") / rp
+    for part in ("Reference_XML", "Citance_XML"):
+        shutil.copytree(test_data / "clscisumm" / rp / part, folder / part)
+    shutil.copytree(test_data / "clscisumm-csv" / rp / "annotation", folder / "annotation")
+    return folder

@@ -129,7 +129,7 @@ def test_spark_ingest_clscisumm_counts(spark, clscisumm, tmp_path):
     assert [m["section_class"] for m in ments if m["citing_id"] == "acl:p6230"] == ["O"]
 
 
-def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, test_data, tmp_path):
+def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, clscisumm_csv, tmp_path):
     """The CSV form of the annotation (several annotators) through Spark, in a folder that also holds
     a stray paper beside the expected folders, Documents_TXT, a hidden file, a PDF, an empty file,
     random bytes as a citing paper, a truncated citing paper and a duplicate: every file is a row of
@@ -137,7 +137,7 @@ def test_spark_ingest_clscisumm_csv_and_every_file_accounted(spark, clscisumm, t
     rp = "C98-1097"
     root = tmp_path / "in"
     folder = root / rp
-    shutil.copytree(test_data / "clscisumm-csv" / rp, folder)
+    shutil.copytree(clscisumm_csv, folder)
     cites = folder / "Citance_XML"
     good = (cites / "C02-1033.xml").read_bytes()
     (cites / "ICDAR99.xml").write_bytes(random.Random(5).randbytes(4000))  # annotated by both annotators

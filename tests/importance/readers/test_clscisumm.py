@@ -81,10 +81,10 @@ def _csv_rows(path):
         return r.fieldnames, list(r)
 
 
-def test_csv_annotation_rows_equal_the_text_form(clscisumm, test_data):
+def test_csv_annotation_rows_equal_the_text_form(clscisumm, clscisumm_csv):
     """The CSV form (test set) and the text form (training set) of the same annotation give the same
     rows: citing paper, cited sentence ids, citation text; quoted commas and doubled quotes survive."""
-    csv_file = test_data / "clscisumm-csv" / CSV_RP / "annotation" / f"{CSV_RP}.annotator1.csv"
+    csv_file = clscisumm_csv / "annotation" / f"{CSV_RP}.annotator1.csv"
     raw = csv_file.read_bytes()
     assert b'"<S sid =""15"" ssid = ""15"">' in raw and b'"Jobbins and Evett, 1998"' in raw  # quoted, doubled
     header, rows = _csv_rows(csv_file)
@@ -100,8 +100,8 @@ def test_csv_annotation_rows_equal_the_text_form(clscisumm, test_data):
     assert got[0]["text"] == rows[0]["Citation Text Clean"] and "," in got[0]["text"]
 
 
-def test_annotation_file_is_auxiliary_and_rejects_the_rows_no_citing_file_takes(test_data):
-    folder = test_data / "clscisumm-csv" / CSV_RP
+def test_annotation_file_is_auxiliary_and_rejects_the_rows_no_citing_file_takes(clscisumm_csv):
+    folder = clscisumm_csv
     present = {p.stem for p in (folder / "Citance_XML").glob("*.xml")}
     for name, n_rows in ((f"{CSV_RP}.annotator1.csv", 12), (f"{CSV_RP}.annotator2.csv", 4)):
         path = folder / "annotation" / name
@@ -117,8 +117,8 @@ def test_annotation_file_is_auxiliary_and_rejects_the_rows_no_citing_file_takes(
             f"citing paper {c} has no file {CSV_RP}/Citance_XML/{c}.xml" for c in absent]
 
 
-def test_citance_file_takes_its_rows_from_every_annotator(clscisumm, test_data):
-    folder = test_data / "clscisumm-csv" / CSV_RP
+def test_citance_file_takes_its_rows_from_every_annotator(clscisumm, clscisumm_csv):
+    folder = clscisumm_csv
     path = folder / "Citance_XML" / "C02-1033.xml"
     recs = _recs(path)
     cits = [d for k, d in recs if k == "citance"]
@@ -134,8 +134,8 @@ def test_citance_file_takes_its_rows_from_every_annotator(clscisumm, test_data):
     assert {cls for _, cls in expected} - {"O"}  # placed in sections, not all O
 
 
-def test_rejected_citing_file_rejects_its_annotated_rows_and_a_stray_file_is_skipped(test_data, tmp_path):
-    src = test_data / "clscisumm-csv" / CSV_RP
+def test_rejected_citing_file_rejects_its_annotated_rows_and_a_stray_file_is_skipped(clscisumm_csv, tmp_path):
+    src = clscisumm_csv
     folder = tmp_path / CSV_RP
     shutil.copytree(src, folder)
     broken = folder / "Citance_XML" / "ICDAR99.xml"  # annotated by both annotators
