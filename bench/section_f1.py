@@ -33,7 +33,7 @@ from lxml import etree
 from importance.classify import classify_table
 from importance.readers.jats import block_text, top_blocks
 from importance.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND, ELIFE_TAR, PMC_DIR, TrainSettings,
-                                         read_labelled, read_tsv, train)
+                                         predict, read_labelled, read_tsv, train)
 from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections, heading_kind,
                                  macro_f1)
 
@@ -140,17 +140,14 @@ def dev_report(rows: list[dict], show_errors: int) -> dict:
 def loco(args, dev_rows: list[dict]) -> dict:
     """Leave-one-corpus-out: retrain without a corpus, score its development sections."""
     out = {}
+    dev = read_labelled(args.dev)
     for corpus in sorted({r["corpus"] for r in dev_rows}):
         t0 = time.time()
         model = train(args.data, REPO / DEFAULT_HAND, args.dev, exclude_corpus=corpus, cache=args.cache,
                       settings=TrainSettings())
         mine = [r for r in dev_rows if r["corpus"] == corpus]
-        pred = {}
-        for pid in dict.fromkeys(r["paper_id"] for r in mine):
-            secs = sorted((r for r in mine if r["paper_id"] == pid), key=lambda r: int(r["section_index"]))
-            cls = classify_sections([r["title"] or None for r in secs], [r["text"] for r in secs], None,
-                                    [int(r["section_index"]) for r in secs], int(secs[0]["n_sections"]), model=model)
-            pred.update({(pid, r["section_index"]): c for r, c in zip(secs, cls)})
+        sections = [s for s in dev if s.corpus == corpus]  # the same rows, as Section records
+        pred = dict(zip(((s.paper_id, str(s.position)) for s in sections), predict(sections, model)))
         rows = [(r["label"], pred[(r["paper_id"], r["section_index"])], r["title"], r["note"]) for r in mine]
         out[corpus] = report(f"leave-one-corpus-out: trained without {corpus} ({time.time() - t0:.0f} s)", rows)
         hard = [row for row, r in zip(rows, mine) if r["heading_kind"] in UNINFORMATIVE]

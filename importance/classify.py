@@ -38,12 +38,15 @@ OUTPUT_COLUMNS = ("section_class", "class_source")
 BATCH_ROWS = 4096
 
 
-def _tsv_rows(path: Path) -> Iterator[dict]:
+def tsv_rows(path: Path, check=None) -> Iterator[dict]:
+    """The rows of a TSV file with a header (gzip when the name ends in .gz), streamed; fields
+    may be long (a whole section). check(fieldnames, path) is called before the first row."""
     csv.field_size_limit(sys.maxsize)
-    opener = gzip.open if path.name.endswith(".gz") else open
+    opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f, delimiter="\t")
-        _check_columns(reader.fieldnames or [], path)
+        if check:
+            check(reader.fieldnames or [], path)
         yield from reader
 
 
@@ -70,7 +73,7 @@ def read_rows(path: Path) -> Iterator[dict]:
         raise UserError(f"input {path} does not exist")
     name = path.name.lower()
     if name.endswith((".tsv", ".tsv.gz", ".txt")):
-        return _tsv_rows(path)
+        return tsv_rows(path, _check_columns)
     if name.endswith(".parquet") or path.is_dir():
         return _parquet_rows(path)
     raise UserError(f"input {path}: give a .tsv, .tsv.gz or .parquet file (or a folder of Parquet files)")

@@ -22,8 +22,6 @@ Deterministic: examples in a fixed order, scikit-learn's lbfgs solver, no random
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import hashlib
 import io
 import json
@@ -38,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from importance.section_model import MODEL_FILE, SectionModel, features, neighbour_classes, section_number
-from importance.sections import CLASSES, class_from_sec_type, known_class
+from importance.classify import tsv_rows
+from importance.sections import CLASSES, class_from_sec_type, classify_sections, known_class
 
 # Paths relative to the working directory, a checkout (as `make demo` reads sample/): the labelled
 # sections are in the repository, the corpora beside it.
@@ -187,22 +186,39 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
 
 def read_tsv(path: Path) -> list[dict]:
     """Rows of a TSV file, gzip-compressed when its name ends in .gz (sections can be long)."""
-    csv.field_size_limit(sys.maxsize)
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
+    return list(tsv_rows(path))
 
 
 def read_labelled(path: Path = DEFAULT_DEV) -> list[Section]:
-    """A hand-labelled set of data/section_labels (its README.md). Neighbours come from the
-    headings of the paper's rows (long papers have a few middle sections left out)."""
-    rows = read_tsv(path)
+    """A hand-labelled set of data/section_labels (its README.md), paper by paper in section order.
+    Neighbours come from the headings of the paper's rows (long papers have a few middle sections
+    left out)."""
+    papers: dict[str, list[dict]] = {}
+    for r in tsv_rows(path):
+        papers.setdefault(r["paper_id"], []).append(r)
     out = []
-    for pid in dict.fromkeys(r["paper_id"] for r in rows):
-        mine = sorted((r for r in rows if r["paper_id"] == pid), key=lambda r: int(r["section_index"]))
-        near = neighbour_classes([r["title"] or None for r in mine])
+    for pid, rows in papers.items():
+        rows.sort(key=lambda r: int(r["section_index"]))
+        near = neighbour_classes([r["title"] or None for r in rows])
         out += [Section(r["corpus"], pid, int(r["section_index"]), int(r["n_sections"]), r["title"] or None,
-                        r["text"], r["label"], "hand", nb) for r, nb in zip(mine, near)]
+                        r["text"], r["label"], "hand", nb) for r, nb in zip(rows, near)]
+    return out
+
+
+def predict(sections: list[Section], model: SectionModel | None = None) -> list[str]:
+    """The classes of labelled sections as a reader would give them (importance.sections.
+    classify_sections, paper by paper), in the order of `sections`; model: another than the shipped one."""
+    papers: dict[str, list[int]] = {}
+    for i, s in enumerate(sections):
+        papers.setdefault(s.paper_id, []).append(i)
+    out = [""] * len(sections)
+    for idx in papers.values():
+        idx.sort(key=lambda i: sections[i].position)
+        secs = [sections[i] for i in idx]
+        classes = classify_sections([s.title for s in secs], [s.text for s in secs], None,
+                                    [s.position for s in secs], secs[0].n_sections, model=model)
+        for i, c in zip(idx, classes):
+            out[i] = c
     return out
 
 

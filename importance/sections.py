@@ -222,22 +222,6 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
     return model.decode(logp, fixed)
 
 
-def classify_section(sec_type: str | None, title: str | None, position: int | None,
-                     n_sections: int | None = None, text: str | None = None) -> str:
-    """One section seen alone: sec-type, then a keyword heading, then the model on its heading,
-    text and position (no neighbours, no sequence); without the model the position rule (the
-    first block of a body is I, else O). Readers classify whole papers with classify_sections."""
-    from importance.section_model import default_model
-
-    cls = known_class(sec_type, title)
-    if cls:
-        return cls
-    model = default_model()
-    if model is None:
-        return _position_fallback(title, position)
-    return model.predict(title, text, position, n_sections)
-
-
 def macro_f1(truth: Iterable[str], pred: Iterable[str], classes: Iterable[str] = CLASSES) -> dict:
     """Macro-F1 over the classes that occur in truth or prediction, plus per-class precision,
     recall, F1 and support (number of true labels)."""

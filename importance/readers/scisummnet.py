@@ -111,11 +111,14 @@ def abstract_text(root) -> str | None:
     return html.unescape(text) if text else None
 
 
+def section_text(sec) -> str:
+    """The sentences of a <SECTION>, joined and unescaped: what the section classifier reads."""
+    return html.unescape(clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or "")
+
+
 def paper_sections(root) -> list[tuple[str | None, str]]:
     """(title, text) of each <SECTION> of a ScisummNet / CL-SciSumm <PAPER>, in order."""
-    return [(clean_ws(sec.get("title")),
-             html.unescape(clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or ""))
-            for sec in root.findall("SECTION")]
+    return [(clean_ws(sec.get("title")), section_text(sec)) for sec in root.findall("SECTION")]
 
 
 def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, dict]], dict[str, str]]:
@@ -124,9 +127,7 @@ def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, d
     The sections are classified together (importance.sections.classify_sections)."""
     sections = root.findall("SECTION")
     titles = [clean_ws(sec.get("title")) for sec in sections]
-    texts = [None if known_class(None, t) else
-             html.unescape(clean_ws(" ".join("".join(s.itertext()) for s in sec.iter("S"))) or "")
-             for sec, t in zip(sections, titles)]
+    texts = [None if known_class(None, t) else section_text(sec) for sec, t in zip(sections, titles)]
     classes = classify_sections(titles, texts)
     out, by_sid, n = [], {}, 0
     for pos, (sec, stitle, cls) in enumerate(zip(sections, titles, classes)):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from importance.section_model import SectionModel, default_model, features, neighbour_classes, section_number
-from importance.section_training import DEFAULT_DEV, DEFAULT_HAND, TrainSettings, fit, read_labelled, training_rows
-from importance.sections import (appendix_sections, class_from_heading, class_from_sec_type, classify_section, classify_sections,
+from importance.section_training import (DEFAULT_DEV, DEFAULT_HAND, TrainSettings, fit, predict, read_labelled,
+                                         training_rows)
+from importance.sections import (appendix_sections, class_from_heading, class_from_sec_type, classify_sections,
                                  heading_kind, heading_rules_vs_sec_type, known_class, macro_f1)
 
 
@@ -45,8 +46,9 @@ def test_known_class_order():
     assert known_class(None, "2.1 Experimental setup") == "M" and known_class(None, "6 Future work") == "D"
     assert known_class(None, "3 Summarization Models") is None  # more than a class name: the model decides
     assert known_class(None, "2.") is None
-    assert classify_section("intro", "Something else", 3) == "I"
-    assert classify_section(None, "Discussion", 3) == "D"
+    four = ["1 Introduction", "2.", "3.", "Something else"]
+    assert classify_sections(four, sec_types=[None, None, None, "intro"])[3] == "I"
+    assert classify_sections(four[:3] + ["Discussion"])[3] == "D"
 
 
 def test_neighbour_classes():
@@ -90,8 +92,8 @@ def test_without_model_the_position_rule_decides(monkeypatch):
     import importance.section_model as sm
 
     monkeypatch.setattr(sm, "default_model", lambda: None)
-    assert classify_section(None, None, 0) == "I"
-    assert classify_section(None, None, 2) == "O"
+    assert classify_sections([None, None, None])[0] == "I"
+    assert classify_sections([None, None, None])[2] == "O"
     assert classify_sections(["2.", "3.", "Conclusion"]) == ["I", "O", "D"]
 
 
@@ -144,15 +146,8 @@ def test_shipped_model_on_the_development_set(repo_root):
     assert model is not None, "importance/data/section_model.npz is missing"
     dev = read_labelled(repo_root / DEFAULT_DEV)
     assert len(dev) >= 400 and sum(s.title is None or heading_kind(s.title) != "keyword" for s in dev) >= 200
-    truth, pred, hard = [], [], []
-    for pid in dict.fromkeys(s.paper_id for s in dev):
-        secs = sorted((s for s in dev if s.paper_id == pid), key=lambda s: s.position)
-        got = classify_sections([s.title for s in secs], [s.text for s in secs], None, [s.position for s in secs],
-                                secs[0].n_sections)
-        for s, g in zip(secs, got):
-            truth.append(s.label)
-            pred.append(g)
-            hard.append(heading_kind(s.title) != "keyword")
+    truth, pred = [s.label for s in dev], predict(dev)
+    hard = [heading_kind(s.title) != "keyword" for s in dev]
     assert macro_f1(truth, pred)["macro_f1"] >= 0.88
     assert macro_f1([t for t, h in zip(truth, hard) if h], [p for p, h in zip(pred, hard) if h])["macro_f1"] >= 0.84
 
