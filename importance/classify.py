@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import itertools
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -129,76 +130,62 @@ def classify_paper(rows: list[tuple[int, dict]]) -> list[dict]:
     return out
 
 
-class _Writer:
-    """Rows to a TSV or Parquet file, in batches, under an atomic rename."""
+def _output_format(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".tsv", ".tsv.gz")):
+        return "tsv"
+    raise UserError(f"output {path}: name it .tsv, .tsv.gz or .parquet")
 
-    def __init__(self, path: Path, keep_text: bool):
-        self.path, self.keep_text = path, keep_text
-        self.parquet = path.name.lower().endswith(".parquet")
-        if not (self.parquet or path.name.lower().endswith((".tsv", ".tsv.gz"))):
-            raise UserError(f"output {path}: name it .tsv, .tsv.gz or .parquet")
-        self.columns: list[str] | None = None
-        self.buffer: list[dict] = []
-        self.n = 0
 
-    def __enter__(self):
-        self._ctx = atomic_file(self.path)
-        self.tmp = self._ctx.__enter__()
-        self.pq_writer = self.tsv = self.tsv_file = None
-        return self
-
-    def add(self, row: dict) -> None:
-        if self.columns is None:
-            self.columns = [c for c in row if c not in OUTPUT_COLUMNS and (self.keep_text or c != "text")]
-            self.columns += list(OUTPUT_COLUMNS)
-        self.buffer.append(row)
-        if len(self.buffer) >= BATCH_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buffer and self.columns is not None:
+def write_rows(path: Path, rows: Iterator[dict], keep_text: bool = False) -> None:
+    """Rows to a TSV or Parquet file (by the name), streamed in batches, under one atomic rename.
+    Columns: the first row's (without text unless keep_text), then section_class, class_source."""
+    fmt = _output_format(path)
+    rows = iter(rows)
+    first = next(rows, None)
+    cols = [c for c in (first or dict.fromkeys(REQUIRED)) if c not in OUTPUT_COLUMNS and (keep_text or c != "text")]
+    cols += list(OUTPUT_COLUMNS)
+    rows = itertools.chain([first] if first else [], rows)
+    with atomic_file(path) as tmp:
+        if fmt == "tsv":
+            opener = gzip.open if path.name.endswith(".gz") else open
+            with opener(tmp, "wt", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=cols, delimiter="\t", extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(rows)
             return
-        cols = self.columns or [c for c in REQUIRED if self.keep_text or c != "text"] + list(OUTPUT_COLUMNS)
-        if self.parquet:
-            table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in self.buffer],
-                                         schema=None if self.buffer else pa.schema([(c, pa.string()) for c in cols]))
-            if self.pq_writer is None:
-                self.pq_writer = pq.ParquetWriter(self.tmp, table.schema)
-            self.pq_writer.write_table(table.cast(self.pq_writer.schema))
-        else:
-            if self.tsv is None:
-                opener = gzip.open if self.path.name.endswith(".gz") else open
-                self.tsv_file = opener(self.tmp, "wt", newline="", encoding="utf-8")
-                self.tsv = csv.DictWriter(self.tsv_file, fieldnames=cols, delimiter="\t", extrasaction="ignore")
-                self.tsv.writeheader()
-            self.tsv.writerows(self.buffer)
-        self.n += len(self.buffer)
-        self.buffer = []
-
-    def __exit__(self, exc_type, exc, tb):
+        pq_writer = None
         try:
-            if exc_type is None:
-                self.flush()
+            while batch := list(itertools.islice(rows, BATCH_ROWS)):
+                table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in batch])
+                pq_writer = pq_writer or pq.ParquetWriter(tmp, table.schema)
+                pq_writer.write_table(table.cast(pq_writer.schema))
+            if pq_writer is None:  # no rows: the columns, empty
+                pq.write_table(pa.table({c: pa.array([], pa.string()) for c in cols}), tmp)
         finally:
-            if self.pq_writer is not None:
-                self.pq_writer.close()
-            if self.tsv_file is not None:
-                self.tsv_file.close()
-        return self._ctx.__exit__(exc_type, exc, tb)
+            if pq_writer is not None:
+                pq_writer.close()
 
 
 def classify_table(input_path: Path, output_path: Path, keep_text: bool = False) -> dict:
     """Classify every section of the input table into the output table; returns the counts."""
+    _output_format(output_path)  # a wrong output name is said before any work
     counts: dict[str, int] = {}
     sources: dict[str, int] = {}
     n_papers = 0
-    with _Writer(output_path, keep_text) as w:
+
+    def classified():
+        nonlocal n_papers
         for rows in papers(read_rows(input_path)):
             n_papers += 1
             for r in classify_paper(rows):
                 counts[r["section_class"]] = counts.get(r["section_class"], 0) + 1
                 sources[r["class_source"]] = sources.get(r["class_source"], 0) + 1
-                w.add(r)
+                yield r
+
+    write_rows(output_path, classified(), keep_text)
     return {"papers": n_papers, "sections": sum(counts.values()), "classes": counts, "sources": sources,
             "output": str(output_path)}
 
