@@ -34,7 +34,7 @@ from importance.classify import classify_table
 from importance.readers.jats import block_text, top_blocks
 from importance.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND, ELIFE_TAR, PMC_DIR, TrainSettings,
                                          predict, read_labelled, read_tsv, train)
-from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections, heading_kind,
+from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections,
                                  macro_f1)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -30,7 +30,6 @@ import time
 import tomllib
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -334,7 +334,7 @@ class XmlRecovery:
         return text
 
 
-def _xml_error(e) -> str:
+def xml_error(e) -> str:
     """lxml's message ("... line 812, column 5"), without the "(<string>, line 812)" it appends."""
     return re.sub(r"\s*\(<string>, line \d+\)$", "", str(e).strip())
 
@@ -362,7 +362,7 @@ def parse_xml(data: bytes, root_tag: str, keep_truncated: bool = False):
         root = etree.fromstring(data, etree.XMLParser(**_XML_PARSER))
         return root, (XmlRecovery(None, replaced=replaced) if replaced else None)
     except etree.XMLSyntaxError as e:
-        msg = _xml_error(e)
+        msg = xml_error(e)
     except (LookupError, ValueError) as e:  # an encoding name lxml does not know
         raise BadRecord(f"wrong encoding: {e}") from None
     if "encoding" in msg.lower() or "labelled" in msg.lower():

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 
 from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
-                                       keep_warning, keyword_list, kept_elements, norm_doi, norm_title, parse_xml,
+                                       keep_warning, keyword_list, norm_doi, norm_title, parse_xml,
                                        parse_year)
 from importance.readers.refstrings import parse_reference, plausible_year
 from importance.section_model import BODY_WORDS

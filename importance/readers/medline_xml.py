@@ -19,14 +19,12 @@ MEDLINE has no in-text citations, so it gives no mentions.
 """
 from __future__ import annotations
 
-import re
-
 from lxml import etree
 
 from importance.fields import mesh_fields
 from importance.readers.common import (PAPER, BadRecord, Utf8Repair, author, bom_encoding, clean_ws, keyword_list,
                                        norm_doi, norm_title, open_text_stream, parse_year, reject, starts_with,
-                                       warning, xml_encoding)
+                                       warning, xml_encoding, xml_error)
 
 RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
 
@@ -87,7 +85,7 @@ def _holds_replacement(el) -> bool:
 def _syntax_reason(e, n: int) -> str:
     """The cause of a stream parse error: truncated (the data ended inside an element), wrong
     encoding, or malformed markup; the records before it were kept."""
-    msg = re.sub(r"\s*\(<string>, line \d+\)$", "", str(e).strip())
+    msg = xml_error(e)
     low = msg.lower()
     if "premature end of data" in low or "end of data" in low or "endtag: '</' not found" in low:
         cause = "truncated XML"

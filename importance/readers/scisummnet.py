@@ -13,7 +13,6 @@ The `citing_paper_authors` field reads "Given, Family | Given, Family" (the SOUR
 from __future__ import annotations
 
 import html
-import json
 import re
 
 from importance.readers.common import (CITANCE, PAPER, SENTENCE, BadRecord, author, clean_ws, decode_text,
