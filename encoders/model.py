@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sciencemap.contracts import MODEL_CARD
-from sciencemap.runtime import UserError
+from sciencemap.runtime import UserError, resolve_device
 from sciencemap.text import paper_text  # noqa: F401  (re-exported)
 
 from encoders.config import DEFAULT_MODEL, POOLINGS, PRECISIONS  # noqa: F401  (re-exported)
@@ -114,15 +114,9 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise UserError(f"device {device!r} is not valid ({e}); use auto, cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {device} asked for but CUDA is not available; use --device cpu")
-    return dev
+    """The torch device for one process's `device` setting (sciencemap.runtime.resolve_device: CUDA
+    asked for where there is none is a UserError; auto picks and logs)."""
+    return torch.device(resolve_device(device))
 
 
 def cpu_has_native_bf16() -> bool:

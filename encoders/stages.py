@@ -45,10 +45,10 @@ def _rank0_json(s: dict) -> str:
     return json.dumps(s, indent=2, default=str)
 
 
-TRAIN = Stage("train", 30, TrainConfig, _train, show=_rank0_json,
+TRAIN = Stage("train", 30, TrainConfig, _train, show=_rank0_json, ranks=True,
               summary="Fine-tune the encoder on the run's triplets with the configured objective "
-                      "(torchrun for several processes: spell --run as --run-dir). A re-run after a kill "
-                      "resumes from the newest checkpoint.")
-EMBED = Stage("embed", 40, EmbedConfig, _embed, show=_rank0_json,
-              summary="Embed the run's papers into resumable Parquet shards (torchrun: ranks take disjoint "
-                      "shards; spell --run as --run-dir).")
+                      "(several processes: --nproc-per-node N, or torchrun with --run spelt --run-dir). "
+                      "A re-run after a kill resumes from the newest checkpoint.")
+EMBED = Stage("embed", 40, EmbedConfig, _embed, show=_rank0_json, ranks=True,
+              summary="Embed the run's papers into resumable Parquet shards (several processes: "
+                      "--nproc-per-node N, or torchrun with --run spelt --run-dir; ranks take disjoint shards).")

@@ -127,6 +127,19 @@ def loader_workers(cfg: TrainConfig, device: torch.device) -> int:
     return cfg.loader_workers if cfg.loader_workers >= 0 else (4 if device.type == "cuda" else 0)
 
 
+@contextlib.contextmanager
+def _memory_hint(cfg: TrainConfig, device: torch.device):
+    """Out of memory in a micro-batch's forward or backward is a UserError naming the batch and the
+    settings that shrink it; other errors pass unchanged."""
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        raise UserError(f"out of {'GPU' if device.type == 'cuda' else 'CPU'} memory training a micro-batch of "
+                        f"{cfg.batch_size} triplets (max_length {cfg.max_length}) on {device}; lower the train "
+                        "setting batch_size (raise grad_accum to keep the effective batch) or set "
+                        "gradient_checkpointing (--batch-size, --grad-accum, --gradient-checkpointing)") from e
+
+
 # ---------------------------------------------------------------- the job
 
 def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = None,
@@ -276,7 +289,7 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
                 batch = next(feed)
                 # Gradients are all-reduced once per optimizer step, on the last micro-batch.
                 sync = ddp.no_sync() if ddp is not None and k < len(micro) - 1 else contextlib.nullcontext()
-                with sync:
+                with sync, _memory_hint(cfg, enc.device):
                     loss = objective.batch_loss(train_enc, batch) / len(micro)
                     loss.backward()
                 step_loss += loss.detach().double()
@@ -340,6 +353,7 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     train_losses = [r["loss"] for r in log if r.get("kind") == "train"]
     return {"model_dir": str(layout.model_dir), "steps": total, "steps_per_epoch": steps_per_epoch,
             "resumed_from_step": start, "world_size": dist.world, "train_triplets": n_train,
+            "device": str(enc.device), "fused_adamw": bool(opt.defaults.get("fused")),
             "objective": objective.name, "objective_settings": objective.settings(),
             "margin": cfg.margin, **counts,
             "final_loss": last_loss if last_loss is not None else (train_losses[-1] if train_losses else None),

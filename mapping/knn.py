@@ -93,14 +93,19 @@ def gpu_count() -> int:
 
 
 def use_gpu(cfg: KnnConfig) -> bool:
+    """The device rule of the knn stage: never = CPU; require without a GPU that FAISS sees is a
+    UserError; auto takes the GPU(s) FAISS sees, and logs which it took and why."""
     if cfg.gpu == "never":
         return False
-    if gpu_count() > 0:
-        return True
-    if cfg.gpu == "require":
+    n = gpu_count()
+    if cfg.gpu == "require" and n == 0:
         raise UserError("knn gpu = require, but FAISS sees no GPU (faiss-cpu installed, or no CUDA device); "
                         "install the GPU build with `make install-gpu` on a CUDA 12 machine, or set gpu = auto")
-    return False
+    if cfg.gpu == "auto":
+        log.info("knn gpu auto: %s", f"FAISS on {n} GPU(s)" if n else
+                 "CPU (" + ("no CUDA device seen by FAISS" if hasattr(faiss, "StandardGpuResources")
+                           else "faiss-cpu build") + ")")
+    return n > 0
 
 
 def _to_device(index, gpu: bool):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sciencemap.config import add_options, config_from_args, load_toml
 from sciencemap.layout import RunLayout
-from sciencemap.runtime import UserError, log_to_stderr, run_cli
+from sciencemap.runtime import UserError, dist_env, log_to_stderr, run_cli
 from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, get_stage, pipeline_stages
 from sciencemap.storage import require_dir
 
@@ -50,6 +50,10 @@ def stage_parser(name: str, prog: str | None = None) -> argparse.ArgumentParser:
     # --run-dir: under torchrun, whose own parser takes --run as an abbreviation of its --run-path.
     ap.add_argument("--run", "--run-dir", dest="run", required=True, help="run directory")
     ap.add_argument("--config", help=f"TOML file; its [{name}] section fills {stage.config.__name__}")
+    if stage.ranks:
+        ap.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                        help="run as N processes on this machine (one per GPU on CUDA; torch's elastic "
+                             "launcher, as torchrun); a rank's error is reported once, with exit code 2")
     add_options(ap, stage.config)
     return ap
 
@@ -58,6 +62,8 @@ def run_stage(name: str, argv: list[str] | None = None, prog: str | None = None)
     """Parse a job's options, run the stage, print its summary; returns the summary."""
     stage = get_stage(name)
     args = stage_parser(name, prog).parse_args(argv)
+    if stage.ranks and args.nproc_per_node > 1 and dist_env()[0] == 1:
+        raise RanksFinished(_launch(name, args.nproc_per_node, sys.argv[1:] if argv is None else argv))
     cfg = config_from_args(stage.config, load_toml(args.config).get(name), args)
     run_dir = Path(args.run) if stage.creates_run else require_dir(args.run, "run directory")
     with StageContext() as ctx:
@@ -68,11 +74,39 @@ def run_stage(name: str, argv: list[str] | None = None, prog: str | None = None)
     return summary
 
 
+class RanksFinished(Exception):
+    """The job ran as several ranks (--nproc-per-node); carries the launcher's exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _launch(name: str, nproc: int, argv: list[str]) -> int:
+    """`sciencemap <name> ...` again as `nproc` ranks, without --nproc-per-node."""
+    from sciencemap.launch import launch_ranks
+
+    if nproc < 1:
+        raise UserError(f"--nproc-per-node {nproc}: give at least 1")
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc-per-node":
+            skip = True
+        elif not a.startswith("--nproc-per-node="):
+            rest.append(a)
+    return launch_ranks(nproc, "sciencemap.cli", [name, *rest])
+
+
 def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None) -> int:
     """Exit code of one job (a UserError is one line on stderr and exit code 2)."""
     _unshadow_stage_packages()
     log_to_stderr()
-    return run_cli(lambda a: run_stage(name, a, prog), argv)
+    try:
+        return run_cli(lambda a: run_stage(name, a, prog), argv)
+    except RanksFinished as done:
+        return done.code
 
 
 def command_main(main, argv: list[str] | None = None) -> int:
@@ -126,3 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra is not None:
         return extra.load()(rest, prog=f"sciencemap {cmd}")
     return stage_main(cmd, rest, prog=f"sciencemap {cmd}")
+
+
+if __name__ == "__main__":   # `python -m sciencemap.cli <stage> ...`: how --nproc-per-node starts its ranks
+    sys.exit(main())

@@ -16,12 +16,25 @@ class UserError(Exception):
 
 
 def run_cli(main, argv=None) -> int:
-    """Run a job's main(); a UserError becomes one line on stderr and exit code 2, not a traceback."""
+    """Run a job's main(); a UserError becomes one line on stderr and exit code 2, not a traceback.
+
+    A rank started by torch's elastic launcher (torchrun, or `--nproc-per-node`) writes the line to
+    the error file the launcher named (TORCHELASTIC_ERROR_FILE) instead: the launcher reports it,
+    once for all ranks (sciencemap.launch)."""
     try:
         main(argv)
         return 0
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        line = f"error: {e}"
+        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if error_file and dist_env()[0] > 1:
+            import json
+            import time
+
+            with open(error_file, "w") as f:
+                json.dump({"message": line, "timestamp": int(time.time())}, f)
+        else:
+            print(line, file=sys.stderr)
         return 2
 
 
@@ -153,21 +166,68 @@ def _collective_device():
     return torch.device("cpu")
 
 
+def resolve_device(device: str = "auto", local_rank: int = 0, local_world: int = 1) -> str:
+    """The one rule for a stage's `device` setting, in one process or in many: "cpu", "cuda" or
+    "cuda:<i>" (i = local_rank when several ranks share the machine).
+
+    Asking for CUDA where there is none is a UserError (never a quiet CPU run), and so is a GPU
+    index beyond the devices seen, or more ranks on this machine than GPUs (NCCL cannot put two
+    ranks on one GPU). "auto" takes CUDA when torch sees enough GPUs for the ranks, else the CPU,
+    and logs which and why (rank 0 only)."""
+    import torch
+
+    # the same sentence on every rank: the launcher reports it once
+    where = f" by {local_world} ranks on this machine" if local_world > 1 else ""
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto":
+        use_cuda = have >= local_world > 0 and have > 0
+        if local_rank == 0:
+            why = (f"{have} CUDA device(s) seen" if have else
+                   f"no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda})")
+            if have and not use_cuda:
+                why += f", fewer than the {local_world} ranks on this machine"
+            say(f"device auto: {'cuda' if use_cuda else 'cpu'} ({why})")
+        if not use_cuda:
+            return "cpu"
+        return f"cuda:{local_rank}" if local_world > 1 else "cuda"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise UserError(f"device {device!r} is not valid ({e}); use auto, cpu or cuda") from None
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise UserError(f"device {device!r} is not supported; use auto, cpu or cuda")
+    if not have:
+        raise UserError(f"device {device} asked for{where}, but CUDA is not available (torch "
+                        f"{torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu or auto")
+    index = dev.index if dev.index is not None else (local_rank if local_world > 1 else None)
+    if local_world > have:
+        raise UserError(f"device {device} asked for by {local_world} ranks on this machine, but only {have} "
+                        f"CUDA device(s) are visible; start at most {have} ranks per machine")
+    if index is not None and index >= have:
+        raise UserError(f"device cuda:{index} asked for, but only {have} CUDA device(s) are visible")
+    return "cuda" if index is None else f"cuda:{index}"
+
+
 def init_dist(device: str = "auto", timeout_s: float | None = None) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1 (nccl on CUDA, gloo on CPU).
 
-    `device` is the stage's setting (auto / cpu / cuda); the returned Dist.device is the device
-    this rank should use ("cuda:<local rank>" or "cpu"), or `device` unchanged for one process.
+    `device` is the stage's setting (auto / cpu / cuda), resolved by resolve_device on every path;
+    the returned Dist.device is the device this process uses ("cuda:<local rank>" or "cpu" under
+    torchrun, "cuda" or "cpu" for one process).
     `timeout_s`: how long a collective may wait (None: torch's default, minutes); a stage whose
     ranks finish unevenly and then meet at a barrier needs a long one."""
     world, rank, local = dist_env()
     if world <= 1:
-        return Dist(device=device)
+        return Dist(device=resolve_device(device))
     import torch
 
-    cuda = device != "cpu" and torch.cuda.is_available()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    dev = resolve_device(device, local, local_world)
+    cuda = dev.startswith("cuda")
     if cuda:
-        torch.cuda.set_device(local)
+        torch.cuda.set_device(torch.device(dev))
     started = False
     if not torch.distributed.is_initialized():
         from datetime import timedelta
@@ -175,4 +235,4 @@ def init_dist(device: str = "auto", timeout_s: float | None = None) -> Dist:
         wait = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
         torch.distributed.init_process_group("nccl" if cuda else "gloo", **wait)
         started = True
-    return Dist(rank=rank, world=world, device=f"cuda:{local}" if cuda else "cpu", started=started)
+    return Dist(rank=rank, world=world, device=dev, started=started)

@@ -62,6 +62,7 @@ class Stage:
     show: Callable[[dict], str] | None = None
     creates_run: bool = False       # the stage may start a new run directory (ingest, generate)
     in_pipeline: bool = True        # False: a job of its own only (e.g. the synthetic corpus generator)
+    ranks: bool = False             # runs as torch processes (torchrun ranks): its job takes --nproc-per-node
 
 
 _registered: dict[str, Stage] = {}

@@ -41,14 +41,28 @@ class PooledForward(torch.nn.Module):
         return pool(hidden, attention_mask, self.pooling)
 
 
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "torch.compile could not build this forward" (and only those): the
+    backend failed (inductor, Triton missing or the GPU too old for it; InductorError is a kind of
+    BackendCompilerFailed), inductor's C++ toolchain is missing or broken, or dynamo failed inside.
+    Everything else raised by the compiled call is the model running (CUDA out of memory, a device
+    fault, a bad input) and would fail eager as well: it propagates."""
+    import torch._dynamo.exc as dynamo_exc
+    import torch._inductor.exc as inductor_exc
+
+    return (dynamo_exc.BackendCompilerFailed, dynamo_exc.InternalTorchDynamoError,
+            inductor_exc.CppCompileError, inductor_exc.InvalidCxxCompiler)
+
+
 class CompiledForward:
     """PooledForward through torch.compile (inductor, dynamic shapes, weights frozen as constants:
     freezing is what pays on a CPU — oneDNN pre-packed weights and fused element-wise ops; without
     it the gain is small). Same vectors as eager up to float rounding.
 
     Batches of one document run eager: dynamic shapes specialise a size-1 dimension, so the first
-    single-document batch would cost a second compile. If compiling fails (e.g. no C++ compiler
-    for inductor's CPU kernels), the job logs why once and goes on eager."""
+    single-document batch would cost a second compile. If compiling fails (compile_errors(): e.g.
+    no C++ compiler for inductor's CPU kernels), the job logs why once and goes on eager; any other
+    error propagates."""
 
     def __init__(self, model: torch.nn.Module, pooling: str):
         import torch._inductor.config as inductor_config
@@ -57,12 +71,13 @@ class CompiledForward:
         self.eager = PooledForward(model, pooling)
         self.compiled = torch.compile(self.eager, dynamic=True)
         self.failed: str | None = None
+        self._compile_errors = compile_errors()
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self.failed is None and input_ids.shape[0] > 1:
             try:
                 return self.compiled(input_ids, attention_mask)
-            except Exception as e:  # noqa: BLE001 - any compile failure: fall back, said once
+            except self._compile_errors as e:
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
                 say(f"embed: torch.compile failed ({self.failed}); embedding without it")
         return self.eager(input_ids, attention_mask)
@@ -107,10 +122,29 @@ def embed_batches(forward: Callable, batches: Iterable[Batch], n_docs: int, dim:
     out = torch.empty((n_docs, dim), dtype=torch.float32, device=device)
     for b in batches:
         t = b.to(device)
-        out.index_copy_(0, t["positions"], forward(t["input_ids"], t["attention_mask"]))
+        try:
+            pooled = forward(t["input_ids"], t["attention_mask"])
+        except RuntimeError as e:
+            err = batch_error(e, t["input_ids"].shape, device)
+            if err is e:
+                raise
+            raise err from e
+        out.index_copy_(0, t["positions"], pooled)
         if on_batch is not None:
             on_batch(len(b.positions), b.tokens)
     return out
+
+
+def batch_error(e: RuntimeError, shape: tuple[int, ...], device: torch.device) -> Exception:
+    """What a failed forward raises: out of memory is a UserError naming the batch and the settings
+    that make batches smaller; any other error stays itself, with a note naming the batch."""
+    docs, width = shape
+    if isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e):
+        return UserError(f"out of {'GPU' if device.type == 'cuda' else 'CPU'} memory embedding a batch of {docs} "
+                         f"documents x {width} tokens on {device}; lower the embed settings max_tokens (tokens per "
+                         "batch, padding included) or batch_size (--max-tokens, --batch-size)")
+    e.add_note(f"(while embedding a batch of {docs} documents x {width} tokens on {device})")
+    return e
 
 
 def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens: int,

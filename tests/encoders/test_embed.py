@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -303,12 +302,6 @@ def test_float16_and_bf16_outputs(make_run, records, enc):
     assert cos.min() > 0.999 and not np.array_equal(mb, m32)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc, repo_root):
     one = make_run("one", papers(records))
     threads = torch.get_num_threads()
@@ -317,8 +310,8 @@ def test_two_ranks_write_the_same_vectors_as_one(make_run, records, enc, repo_ro
     finally:
         torch.set_num_threads(threads)
     two = make_run("two", papers(records))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           f"--master_port={_free_port()}", "jobs/embed.py", "--run-dir", str(two.root),
+    # the job's own launcher (torch's elastic agent, as torchrun); the train test uses torchrun itself
+    cmd = [sys.executable, "jobs/embed.py", "--nproc-per-node", "2", "--run", str(two.root),
            "--model", "minilm", "--batch-size", "4", "--max-tokens", "96", "--max-length", str(L),
            "--shard-size", "3", "--device", "cpu", "--precision", "float32"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -372,6 +365,49 @@ def test_compiled_forward_writes_the_same_vectors(make_run, records, enc):
     np.testing.assert_allclose(m1, m0, atol=1e-5)
     with pytest.raises(UserError, match="compile 'yes' is unknown"):
         run_embed(cfg(compile="yes"), comp, encoder=enc)
+
+
+def test_compiled_forward_falls_back_only_on_compile_errors(enc, records, capsys):
+    """The compiled call's errors are sorted: a compilation error (here InvalidCxxCompiler, what
+    inductor raises without a C++ compiler) falls back to eager, logged once; a runtime error
+    propagates unchanged with a note naming the batch; out of memory becomes a UserError that names
+    the batch and the settings to lower."""
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    from encoders.embed.forward import embed_batches
+    from encoders.embed.feed import pad_batch
+    from encoders.model import token_ids
+
+    tokens = token_ids(enc.tokenizer, [paper_text(r["title"], r["abstract"]) for r in records[:3]], L)
+    batch = pad_batch(tokens, [0, 1, 2], enc.tokenizer.pad_token_id, 1)
+
+    def raising(exc):
+        def call(*_):
+            raise exc
+        return call
+
+    def run(fwd):
+        with torch.inference_mode():
+            return embed_batches(fwd, [batch], 3, enc.dim, enc.device)
+
+    fwd = CompiledForward(enc.model, "mean")
+    fwd.compiled = raising(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    with pytest.raises(RuntimeError, match="illegal memory access") as caught:
+        run(fwd)
+    assert fwd.failed is None and "a batch of 3 documents x" in "".join(caught.value.__notes__)
+
+    fwd.compiled = raising(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    with pytest.raises(UserError, match=r"out of CPU memory embedding a batch of 3 documents x \d+ tokens.*"
+                                        r"max_tokens.*batch_size"):
+        run(fwd)
+    assert fwd.failed is None
+
+    capsys.readouterr()
+    fwd.compiled = raising(InvalidCxxCompiler())
+    got = run(fwd)
+    assert fwd.failed.startswith("InvalidCxxCompiler")
+    assert capsys.readouterr().err.count("torch.compile failed (InvalidCxxCompiler") == 1
+    np.testing.assert_allclose(got.numpy(), run(PooledForward(enc.model, "mean")).numpy(), atol=1e-6)
 
 
 def test_compile_failure_falls_back_to_eager(make_run, records, repo_root):

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
+import subprocess
 import sys
 
 import pytest
+import torch
 
-from sciencemap.runtime import Dist, UserError, dist_env, init_dist, log_to_stderr, run_cli
+from sciencemap.runtime import Dist, UserError, dist_env, init_dist, log_to_stderr, resolve_device, run_cli
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here: asking for it is no error")
 
 
 def test_a_user_error_is_one_line_and_exit_code_2(capsys):
@@ -50,3 +55,61 @@ def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch):
     monkeypatch.setattr(sys, "stderr", second)
     logger.info("two")
     assert second.getvalue() == "two\n"
+
+
+@NO_CUDA
+def test_one_device_rule_in_one_process(capsys):
+    """CUDA asked for where there is none is a UserError (never a quiet CPU run); auto picks and says so."""
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == "cpu"
+    assert "device auto: cpu (no CUDA device" in capsys.readouterr().err
+    assert resolve_device("auto", local_rank=1, local_world=2) == "cpu"
+    assert capsys.readouterr().err == ""                       # only the first rank of a machine says it
+    for asked in ("cuda", "cuda:0"):
+        with pytest.raises(UserError, match=f"device {asked} asked for, but CUDA is not available"):
+            resolve_device(asked)
+    with pytest.raises(UserError, match="asked for by 2 ranks on this machine, but CUDA is not available"):
+        resolve_device("cuda", local_rank=1, local_world=2)
+    with pytest.raises(UserError, match="'gpu' is not valid"):
+        resolve_device("gpu")
+
+
+def _two_ranks(cmd, repo_root, run_dir):
+    run_dir.mkdir()
+    return subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=300)
+
+
+@NO_CUDA
+@pytest.mark.parametrize("job", ["embed", "train"])
+def test_two_ranks_asking_for_cuda_without_it_get_one_sentence(tmp_path, repo_root, job):
+    """Two ranks under torch's elastic launcher (the job's --nproc-per-node) each refuse --device
+    cuda; the launcher prints the sentence once and exits 2, with no traceback."""
+    p = _two_ranks([sys.executable, f"jobs/{job}.py", "--nproc-per-node", "2", "--run", str(tmp_path / "r"),
+                    "--device", "cuda"], repo_root, tmp_path / "r")
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert errors == ["error: device cuda asked for by 2 ranks on this machine, but CUDA is not available "
+                      f"(torch {torch.__version__}, CUDA build None); use --device cpu or auto"]
+    assert "Traceback" not in p.stderr and "launching 2 ranks" in p.stderr and p.stdout == ""
+
+
+@NO_CUDA
+def test_plain_torchrun_shows_the_ranks_sentence(tmp_path, repo_root):
+    """Under torchrun itself each rank writes its sentence to the error file torchrun gave it:
+    torchrun's failure table shows it (torchrun's own exit code and table are torchrun's)."""
+    p = _two_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=0",
+                    "jobs/embed.py", "--run-dir", str(tmp_path / "r"), "--device", "cuda"], repo_root, tmp_path / "r")
+    assert p.returncode != 0
+    assert p.stderr.count("traceback : error: device cuda asked for by 2 ranks on this machine") == 2
+
+
+def test_a_rank_writes_its_error_to_the_launchers_file(tmp_path, monkeypatch, capsys):
+    err = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(err))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    def main(argv):
+        raise UserError("bad setting")
+
+    assert run_cli(main, []) == 2
+    assert capsys.readouterr().err == "" and json.loads(err.read_text())["message"] == "error: bad setting"
