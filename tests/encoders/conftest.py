@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
@@ -26,11 +25,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
-def records(sample_dir) -> list[dict]:
+def records(pubmed_records) -> list[dict]:
     """40 PubMed papers (id, title, abstract) from the embedded sample."""
-    df = pd.read_csv(sample_dir / "pubmed" / "train-data-small.csv.gz", usecols=["Title", "abstractText", "pmid"],
-                     nrows=40)
-    return [{"paper_id": f"pmid:{r.pmid}", "title": r.Title, "abstract": r.abstractText} for r in df.itertuples()]
+    return pubmed_records(40)
 
 
 @pytest.fixture(scope="session")
