@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sciencemap-installed
 RUN    ?= runs/demo
 
-.PHONY: demo test install install-gpu installed-check browser clean
+.PHONY: demo test test-gpu install install-gpu installed-check browser clean
 
 demo: $(STAMP)
 	$(PY) jobs/pipeline.py --config configs/demo.toml --run $(RUN)
@@ -43,13 +43,22 @@ $(STAMP): requirements.txt setup.cfg pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The HTML map is tested in a real headless Chromium (Debian package); installed when we can.
+# The HTML map is tested in a real headless Chromium (Debian package); installed when we can. Under CI
+# (the CI variable set) a browser that cannot be installed fails the build: the browser tests must run.
 browser:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	      || echo "note: could not install chromium; the browser test will be skipped"; \
-	  else echo "note: chromium not found and not root; the browser test will be skipped"; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || { \
+	      if [ -n "$$CI" ]; then echo "error: could not install chromium (apt-get failed) and CI is set: the browser tests must run"; exit 1; fi; \
+	      echo "note: could not install chromium; the browser tests will be skipped"; }; \
+	  else \
+	    if [ -n "$$CI" ]; then echo "error: chromium not found and cannot be installed here (not root or no apt-get) and CI is set: the browser tests must run"; exit 1; fi; \
+	    echo "note: chromium not found and not root; the browser tests will be skipped"; fi; }
+
+# On a machine with CUDA: the embed, train and kNN jobs on the GPU against the CPU (tests/gpu; `make test`
+# runs them too). Without a GPU they are skipped, each with its reason (-rs prints them).
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -rs tests/gpu
 
 clean:
 	rm -rf $(VENV) runs

@@ -11,8 +11,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 from importance.fields import (NON_SUBJECT_LETTERS, arxiv_archive, arxiv_fields, descriptor_categories,
                                mesh_fields, mesh_table)
 from importance.spark import package_zip
@@ -69,10 +67,9 @@ def test_builder_stops_on_a_malformed_line(tmp_path):
     assert r.returncode != 0 and "['C04']" in r.stderr
 
 
-def test_shipped_table_is_the_builders_output_of_the_2017_tree(repo_root, tmp_path):
-    tree = repo_root.parent / "shared" / "data" / "mesh-tree-2017" / "2017MeshTree.txt"
-    if not tree.exists():
-        pytest.skip(f"{tree} not here (shared data)")
+def test_shipped_table_is_the_builders_output_of_the_2017_tree(repo_root, shared_data, tmp_path):
+    tree = shared_data / "mesh-tree-2017" / "2017MeshTree.txt"
+    assert tree.exists(), f"{tree} is missing from the shared data"
     r = subprocess.run([sys.executable, "-P", str(BUILDER), str(tree), "--out", str(tmp_path / "m.tsv.gz")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

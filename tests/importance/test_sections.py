@@ -89,12 +89,20 @@ def test_non_research_articles_keep_headings_and_position():
 
 
 def test_without_model_the_position_rule_decides(monkeypatch):
+    """The shipped-model loader pointed at a file that is not there: no model, rules and position decide."""
     import importance.section_model as sm
 
-    monkeypatch.setattr(sm, "default_model", lambda: None)
-    assert classify_sections([None, None, None])[0] == "I"
-    assert classify_sections([None, None, None])[2] == "O"
-    assert classify_sections(["2.", "3.", "Conclusion"]) == ["I", "O", "D"]
+    monkeypatch.setattr(sm, "MODEL_FILE", "no_such_section_model.npz")
+    sm.default_model.cache_clear()
+    try:
+        assert sm.default_model() is None
+        assert classify_sections([None, None, None])[0] == "I"
+        assert classify_sections([None, None, None])[2] == "O"
+        assert classify_sections(["2.", "3.", "Conclusion"]) == ["I", "O", "D"]
+    finally:
+        monkeypatch.undo()
+        sm.default_model.cache_clear()
+    assert sm.default_model() is not None and classify_sections(["2.", "3.", "Conclusion"]) != ["I", "O", "D"]
 
 
 def _model(classes=("I", "M", "R", "D", "O")):
