@@ -3,8 +3,8 @@ Table 3 (entropy weights), triplet / pair / edge / paper counts, MeSH accuracy p
 
     .venv/bin/python bench/compare_runs.py RUN_BEFORE RUN_AFTER [...]
 
-Prints each run's figures and, for every run after the first, whether they are identical to the
-first's; exits 1 on a difference.
+Prints each run's figures and, for every run after the first, a verdict line: identical to the
+first's (met) or not (MISSED, naming the figures that differ); exits 1 on a difference (--no-fail: 0).
 """
 import argparse
 import json
@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 
 def figures(run: Path) -> dict:
@@ -35,17 +37,21 @@ def show(run: Path, f: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path)
-    runs = ap.parse_args().runs
+    Verdicts.add_arguments(ap)
+    args = ap.parse_args()
+    runs = args.runs
     ref = figures(runs[0])
     show(runs[0], ref)
-    same_all = True
+    verdicts = Verdicts()
     for run in runs[1:]:
         f = figures(run)
         show(run, f)
-        same = f == ref
-        same_all &= same
-        print(f"  identical to {runs[0]}: {'yes' if same else 'NO'}")
-    return 0 if same_all else 1
+        differ = [k for k in ref if f[k] != ref[k]]
+        verdicts.check(f"{run}: headline figures identical to {runs[0]}'s", not differ,
+                       f"different: {', '.join(differ)}" if differ else "")
+    if len(runs) < 2:
+        verdicts.not_checked("headline figures identical", "one run given: nothing to compare with")
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":

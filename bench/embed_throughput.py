@@ -11,7 +11,10 @@ inference_mode) in float32 and in bf16 compute where the CPU has native bf16, ea
 through torch.compile (encoders.embed.forward.CompiledForward, what an embedding job with >= 5M tokens
 to embed uses on a CPU). The best round of each counts (rounds interleave, so machine load hits all).
 Prints docs/s, the ratio to the reference, the compile warm-up (cold inductor cache) and after
-how many documents it pays for itself, and the vector differences.
+how many documents it pays for itself, and the vector differences. No speed target; one check per
+precision: the torch.compile forward compiled (a failed compile falls back to eager, and its rows
+would time eager under the compiled name: they are left out then), with a verdict line (met or
+MISSED); exit 1 when one is missed (--no-fail: 0).
 
 On a GPU, bench/gpu_throughput.py measures the jobs (bare forward, embed job, training).
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +38,7 @@ import torch  # noqa: E402
 from encoders.embed.forward import CompiledForward, embed_texts  # noqa: E402
 from encoders.model import load_encoder, resolve_model, resolve_precision  # noqa: E402
 from sciencemap.text import paper_text  # noqa: E402
+from verdicts import Verdicts  # noqa: E402  bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +61,7 @@ def unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def cpu_section(args) -> None:
+def cpu_section(args, verdicts: Verdicts) -> None:
     from sentence_transformers import SentenceTransformer
 
     texts = load_texts(args.n)
@@ -80,7 +85,9 @@ def cpu_section(args) -> None:
         t0 = time.perf_counter()
         embed_texts(enc, texts[:64], args.batch_size, args.max_tokens, prec, forward=compiled[prec])
         compile_s[prec] = time.perf_counter() - t0
-        assert compiled[prec].failed is None, compiled[prec].failed
+        verdicts.check(f"{prec}: the torch.compile forward compiled", compiled[prec].failed is None,
+                       compiled[prec].failed or "")
+    precisions_compiled = [p for p in precisions if compiled[p].failed is None]
     print("compile warm-up (first call, cold cache): "
           + ", ".join(f"{p} {t:.1f}s" for p, t in compile_s.items()))
 
@@ -92,7 +99,8 @@ def cpu_section(args) -> None:
             lambda: st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True)}
     for prec in precisions:
         runs[f"sciencemap embed, {label[prec]}, eager"] = mine(prec)
-        runs[f"sciencemap embed, {label[prec]}, torch.compile"] = mine(prec, compiled[prec])
+        if prec in precisions_compiled:
+            runs[f"sciencemap embed, {label[prec]}, torch.compile"] = mine(prec, compiled[prec])
     # Warm-up (oneDNN kernels, allocator) for each eager system.
     st.encode(texts[:64], batch_size=args.st_batch_size)
     for prec in precisions:
@@ -114,7 +122,7 @@ def cpu_section(args) -> None:
     for name in runs:
         rate = len(texts) / best[name]
         print(f"  {name}: {rate:.1f} docs/s, ratio to reference {rate / ref_rate:.2f}")
-    for prec in precisions:
+    for prec in precisions_compiled:
         eager_s = best[f"sciencemap embed, {label[prec]}, eager"]
         comp_s = best[f"sciencemap embed, {label[prec]}, torch.compile"]
         saved_per_doc = (eager_s - comp_s) / len(texts)
@@ -130,7 +138,7 @@ def cpu_section(args) -> None:
               f"min cosine {cos.min():.6f}")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=2)
@@ -139,10 +147,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=8192)
     ap.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default is 32")
     ap.add_argument("--threads", type=int, default=0)
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    cpu_section(args)
+    verdicts = Verdicts()
+    cpu_section(args, verdicts)
+    return verdicts.finish(args.no_fail)
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

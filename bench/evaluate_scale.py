@@ -12,7 +12,8 @@ its own:
              per paper, labels by a pandas reindex of the whole clusters table, the accuracy's
              lookups scanning unsorted rows), on a --ref-n-paper corpus where the new code runs too.
 Prints seconds, peak RSS (and the RSS after imports), bytes per paper, the ratios new/reference
-at --ref-n, and whether both give the same figures (they must: bit for bit).
+at --ref-n, and a verdict line (met or MISSED) on the check that both give the same figures (they
+must: bit for bit); exit 1 when they differ (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from synthetic import write_corpus  # bench/synthetic.py; a script's own folder is on its import path
+from verdicts import Verdicts
 
 RESOLUTIONS = ((0.001, 50), (0.01, 500), (0.1, 5000))
 
@@ -209,16 +211,18 @@ def measure(kind: str, run: Path, n: int) -> dict:
     return r
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2_000_000, help="papers of the full-size run (new code only)")
     ap.add_argument("--ref-n", type=int, default=200_000, help="papers where the reference runs too")
     ap.add_argument("--work", type=Path, default=Path("/tmp/sciencemap_evaluate_scale"))
     ap.add_argument("--child", choices=("new", "reference"), help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
     if args.child:
-        return child(args)
+        child(args)
+        return 0
     args.work.mkdir(parents=True, exist_ok=True)
     shard = 100_000
     print(f"MeSH accuracy of the evaluate stage (papers all with MeSH, {len(RESOLUTIONS)} resolutions)", flush=True)
@@ -234,9 +238,10 @@ def main() -> None:
           f"same figures: {'yes' if same else 'NO'}", flush=True)
     if big is not small:
         measure("new", big, args.n)
-    if not same:
-        sys.exit(1)
+    verdicts = Verdicts()
+    verdicts.check(f"at n={args.ref_n:,}: the new code's figures equal the reference's, bit for bit", same)
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

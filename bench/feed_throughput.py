@@ -1,5 +1,5 @@
-"""The feeds with a null model: how many tokens per second each CPU core prepares for the GPU, and
-how much padding the batches carry.
+"""The feeds with a null model: how many tokens per second each CPU core prepares for the GPU, against
+references measured in the same run on the same texts, and how much padding the batches carry.
 
     nice -n 5 .venv/bin/python bench/feed_throughput.py [--workers 2] [--max-length 256] [--elife-repeat 5]
 
@@ -8,7 +8,15 @@ Corpora (real text):
            full papers and their cited references, many of those title-only); without a demo run,
            the sample's PubMed records and eLife articles (title + abstract)
   elife    the 1,979 eLife articles of ../shared/data/elife-articles, title + abstract, repeated
-           --elife-repeat times under distinct ids (more volume for the timing)
+           --elife-repeat times under distinct ids (more volume for the timing); --elife-repeat 0
+           leaves it out (said in the output)
+
+References, per corpus, on the texts the embed feed tokenizes (title [SEP] abstract of each row
+with text), timed the same way:
+  tokenizer   the tokenizer's own batch call, tokenizer(texts, truncation=True, max_length=...), in
+              this process (a fast tokenizer spreads it over its own threads: CPU seconds count them)
+  DataLoader  a plain torch DataLoader over the texts, --workers processes, batches of 128 texts
+              tokenized in a collate_fn (padded to the longest, as tensors)
 
 Embed feed (encoders.embed.feed, what jobs/embed.py runs ahead of the model): read Parquet ->
 tokenize -> bucket by length -> pad -> pin (pinning only where CUDA is present), with the CUDA shape
@@ -17,23 +25,34 @@ at most 65,536 tokens cut at 10% padding once they hold 8,192, widths not rounde
 processes; the model is a null one (the batches are counted, not computed).
 Training feed (encoders.objectives.triplet_table + encoders.train_feed): seeded random triplets
 over the corpus, tokenized once into the run's Arrow files, then an epoch of micro-batches of 64
-triplets collated by --workers processes.
+(and one of 8) triplets collated by --workers processes.
 
 Throughput per core = real (unpadded) tokens / CPU seconds of this process and its workers
 (getrusage, workers reaped), so a busy shared machine does not distort it; wall tokens/s beside it.
-The projection multiplies by 16 cores (one H100 node). Padding = padded tokens / real tokens: for
-the embed feed without bucketing (input order), with the previous job's batches (sorted within a
-10,000-row shard, <= 128 docs / 8,192 tokens) and with the CUDA shape; for the training feed at
-micro-batches of 8 and 64 as the recipe pads them (one forward per micro-batch, the previous loop's
-padding) and with length buckets (bucket_tokens 16,384).
+Each feed's per-core figure is printed as a ratio to each reference. Targets, per corpus
+(--target-vs-tokenizer, --target-vs-dataloader, --target-train-vs-tokenizer change them): the
+embed feed >= 0.5x the tokenizer's batch call (its own work, reading, bucketing, padding and
+passing chunks between processes, costs no more than the tokenizing) and >= 1.0x the plain
+DataLoader (no slower than the plain way); an epoch of the training feed at micro-batches of 64
+and of 8 >= 1.0x the tokenizer's batch call (it collates token ids tokenized once: no slower than
+tokenizing). A verdict line each (met, MISSED, or not checked with the reason); exit 1 when any is
+missed or not checked (--no-fail: 0). The tokens/s of a 16-core node is printed as a projection
+(basis: per-core tokens/s measured here x 16 cores; JSON "projected_tokens_per_s_16_cores" with
+"projection_basis"), not a measurement.
+
+Padding = padded tokens / real tokens: for the embed feed without bucketing (input order), with
+the previous job's batches (sorted within a 10,000-row shard, <= 128 docs / 8,192 tokens) and with
+the CUDA shape; for the training feed at micro-batches of 8 and 64 as the recipe pads them (one
+forward per micro-batch, the previous loop's padding) and with length buckets (bucket_tokens 16,384).
 """
 from __future__ import annotations
 
 import argparse
-import gzip
+import json
 import os
 import resource
 import shutil
+import sys
 import tarfile
 import tempfile
 import time
@@ -52,12 +71,15 @@ from encoders.objectives.triplet_table import open_tokens, prepare_tokens
 from encoders.train_feed import RankSampler, micro_batches
 from sciencemap.contracts import SCHEMAS
 from sciencemap.layout import RunLayout
+from sciencemap.text import paper_text
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 CORES_PER_NODE = 16
-TARGET_PER_CORE = 160_000
+PROJECTION_BASIS = f"per-core tokens/s measured here x {CORES_PER_NODE} cores"
 SHARD_ROWS = 10_000
+LOADER_BATCH = 128   # texts per batch of the plain DataLoader reference
 
 
 def cpu_seconds() -> float:
@@ -113,6 +135,41 @@ def elife_corpus(tmp: Path, repeat: int) -> tuple[str, Path] | None:
     all_ids = [f"{x}#{r}" for r in range(repeat) for x in ids]
     return (f"eLife abstracts ({len(ids)} articles x {repeat})",
             write_papers(tmp / "elife", all_ids, titles * repeat, abstracts * repeat))
+
+
+def feed_texts(enc, papers: Path) -> list[str]:
+    """The texts the embed feed tokenizes: title [SEP] abstract of each row with an id and text."""
+    t = pq.read_table(papers, columns=["paper_id", "title", "abstract"])
+    rows = zip(*(t.column(c).to_pylist() for c in ("paper_id", "title", "abstract")))
+    return [x for x in (paper_text(ti, ab, enc.sep) if pid is not None else "" for pid, ti, ab in rows) if x]
+
+
+def timed(run) -> dict:
+    """{"real": tokens run() returns, "wall": seconds, "cpu": CPU seconds of this process and its reaped workers}."""
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    real = run()
+    return {"real": real, "wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0}
+
+
+def tokenizer_reference(enc, texts: list[str]) -> dict:
+    """The tokenizer's own batch call on all the texts at once."""
+    enc.tokenizer(texts[:64], truncation=True, max_length=enc.max_length)   # warm-up
+    return timed(lambda: sum(len(x) for x in enc.tokenizer(texts, truncation=True,
+                                                          max_length=enc.max_length)["input_ids"]))
+
+
+def loader_reference(enc, texts: list[str], workers: int) -> dict:
+    """A plain DataLoader over the texts: batches of LOADER_BATCH tokenized in a collate_fn, `workers` processes."""
+    tok, max_length = enc.tokenizer, enc.max_length
+
+    def collate(batch: list[str]):
+        return tok(batch, truncation=True, max_length=max_length, padding="longest", return_tensors="pt")
+
+    def run() -> int:
+        loader = torch.utils.data.DataLoader(texts, batch_size=LOADER_BATCH, collate_fn=collate, num_workers=workers)
+        return sum(int(b["attention_mask"].sum()) for b in loader)
+
+    return timed(run)
 
 
 def embed_padding(enc, papers: Path) -> dict:
@@ -188,14 +245,31 @@ def training_feed(enc, papers: Path, workers: int, tmp: Path, n_triplets: int) -
     return out
 
 
-def main() -> None:
+def per_core(figures: dict) -> float:
+    return figures["real"] / figures["cpu"] if figures["cpu"] > 0 else float("nan")
+
+
+def projected(rate_per_core: float) -> str:
+    return (f"{rate_per_core * CORES_PER_NODE / 1e6:.2f}M tokens/s on {CORES_PER_NODE} cores, projected "
+            f"(basis: {PROJECTION_BASIS})")
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-length", type=int, default=256)
-    ap.add_argument("--elife-repeat", type=int, default=5)
+    ap.add_argument("--elife-repeat", type=int, default=5, help="0 leaves the eLife corpus out")
     ap.add_argument("--triplets", type=int, default=20_000)
     ap.add_argument("--sample", type=Path, default=REPO / "runs" / "demo" / "papers",
                     help="the sample's papers table as the pipeline writes it (make demo)")
+    ap.add_argument("--target-vs-tokenizer", type=float, default=0.5,
+                    help="embed feed / the tokenizer's batch call, tokens per CPU second, at least")
+    ap.add_argument("--target-vs-dataloader", type=float, default=1.0,
+                    help="embed feed / a plain DataLoader, tokens per CPU second, at least")
+    ap.add_argument("--target-train-vs-tokenizer", type=float, default=1.0,
+                    help="training feed epoch / the tokenizer's batch call, tokens per CPU second, at least")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="sciencemap-feed-bench-"))
@@ -204,18 +278,43 @@ def main() -> None:
           f"{os.cpu_count()}, load average {os.getloadavg()}; pinning: "
           f"{'yes' if torch.cuda.is_available() else 'no (no CUDA here; the step is skipped, not timed)'}")
     corpora = [sample_corpus(tmp, args.sample)]
-    el = elife_corpus(tmp, args.elife_repeat)
+    el = elife_corpus(tmp, args.elife_repeat) if args.elife_repeat > 0 else None
+    if args.elife_repeat <= 0:
+        print("eLife corpus left out (--elife-repeat 0)")
     if el:
         corpora.append(el)
+    verdicts = Verdicts()
+    figures = {}
     try:
         for name, papers in corpora:
+            short = name.split(" (")[0]
             print(f"\n== {name}: {plan_input(papers).n_rows:,} rows")
+            texts = feed_texts(enc, papers)
+            tok_ref = tokenizer_reference(enc, texts)
+            loader_ref = loader_reference(enc, texts, args.workers)
+            loader_label = f"a plain DataLoader ({args.workers} workers, {LOADER_BATCH} texts a batch)"
+            for label, r in (("the tokenizer's batch call", tok_ref), (loader_label, loader_ref)):
+                print(f"reference, {label}: {r['real']:,} real tokens of {len(texts):,} texts in {r['wall']:.1f}s "
+                      f"wall / {r['cpu']:.1f} CPU-s: {per_core(r):,.0f} tokens/s per core")
+            tok_rate, loader_rate = per_core(tok_ref), per_core(loader_ref)
             e = embed_feed(enc, papers, args.workers)
-            per_core = e["real"] / e["cpu"]
+            rate = per_core(e)
             print(f"embed feed: {e['docs']:,} docs, {e['real']:,} real tokens (mean {e['real'] / e['docs']:.0f}) in "
-                  f"{e['wall']:.1f}s wall / {e['cpu']:.1f} CPU-s: {per_core:,.0f} tokens/s per core "
-                  f"({'>=' if per_core >= TARGET_PER_CORE else '<'} {TARGET_PER_CORE:,}), {e['real'] / e['wall']:,.0f} "
-                  f"tokens/s wall; 16 cores: {per_core * CORES_PER_NODE / 1e6:.2f}M tokens/s")
+                  f"{e['wall']:.1f}s wall / {e['cpu']:.1f} CPU-s: {rate:,.0f} tokens/s per core = "
+                  f"{rate / tok_rate:.2f}x the tokenizer's batch call, {rate / loader_rate:.2f}x the plain DataLoader; "
+                  f"{e['real'] / e['wall']:,.0f} tokens/s wall; {projected(rate)}")
+            if e["real"] != tok_ref["real"]:
+                print(f"  (the references tokenized {tok_ref['real']:,} real tokens: not the feed's texts exactly)")
+            verdicts.at_least(f"{short}: embed feed / the tokenizer's batch call, tokens per CPU-s", rate / tok_rate,
+                              args.target_vs_tokenizer, "{:.2f}x")
+            verdicts.at_least(f"{short}: embed feed / a plain DataLoader, tokens per CPU-s", rate / loader_rate,
+                              args.target_vs_dataloader, "{:.2f}x")
+            fig = figures[short] = {"texts": len(texts), "tokenizer_per_core": tok_rate,
+                                    "dataloader_per_core": loader_rate, "embed_feed_per_core": rate,
+                                    "embed_feed_vs_tokenizer": rate / tok_rate,
+                                    "embed_feed_vs_dataloader": rate / loader_rate,
+                                    "projected_tokens_per_s_16_cores": {"embed feed": rate * CORES_PER_NODE},
+                                    "projection_basis": PROJECTION_BASIS}
             print("embed padding (padded / real tokens):")
             for label, v in embed_padding(enc, papers).items():
                 print(f"  {label}: {v:.3f}")
@@ -226,20 +325,28 @@ def main() -> None:
             t = training_feed(enc, papers, args.workers, tmp, args.triplets)
             tok, w, c = t["build"]
             print(f"training feed, tokenizing once into the run's Arrow files: {tok:,} tokens in {w:.1f}s wall / "
-                  f"{c:.1f} CPU-s: {tok / c:,.0f} tokens/s per core")
+                  f"{c:.1f} CPU-s: {tok / c:,.0f} tokens/s per core = {tok / c / tok_rate:.2f}x the tokenizer's "
+                  "batch call")
             for B in (64, 8):
                 real, padded, w, c = t[B]
-                per_core = real / c
+                rate = real / c
                 print(f"training feed, an epoch of {args.triplets:,} triplets in micro-batches of {B}: {real:,} real "
-                      f"tokens in {w:.1f}s wall / {c:.1f} CPU-s: {per_core:,.0f} tokens/s per core "
-                      f"({'>=' if per_core >= TARGET_PER_CORE else '<'} {TARGET_PER_CORE:,}); 16 cores: "
-                      f"{per_core * CORES_PER_NODE / 1e6:.2f}M tokens/s; padding one forward per micro-batch "
-                      f"(the recipe, as before) {padded / real:.3f}, with length buckets of 16,384 tokens "
-                      f"{t[f'{B} bucketed']:.3f}")
+                      f"tokens in {w:.1f}s wall / {c:.1f} CPU-s: {rate:,.0f} tokens/s per core = "
+                      f"{rate / tok_rate:.2f}x the tokenizer's batch call; {projected(rate)}; padding one forward "
+                      f"per micro-batch (the recipe, as before) {padded / real:.3f}, with length buckets of 16,384 "
+                      f"tokens {t[f'{B} bucketed']:.3f}")
+                verdicts.at_least(f"{short}: training feed epoch at micro-batches of {B} / the tokenizer's batch call, "
+                                  "tokens per CPU-s", rate / tok_rate, args.target_train_vs_tokenizer, "{:.2f}x")
+                fig[f"training_feed_{B}_per_core"] = rate
+                fig["projected_tokens_per_s_16_cores"][f"training feed, micro-batches of {B}"] = rate * CORES_PER_NODE
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nload average after {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(json.dumps({"workers": args.workers, "max_length": args.max_length, "corpora": figures,
+                                         "verdicts": verdicts.as_json()}, indent=2))
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,7 +5,8 @@ embed job end to end, and training steps at the seed recipe and at micro-batches
     .venv/bin/python bench/gpu_throughput.py --dry-run       # on a CPU: a tiny model, to check the code
 
 Without a usable CUDA device it stops with an error (exit 2) instead of running on the CPU; only
---dry-run runs on the CPU, and its figures are labelled as no measurement.
+--dry-run runs on the CPU, and its figures are labelled as no measurement: its speed targets are
+"not checked", so it exits 1 unless --no-fail (a dry run can never pass for a measurement).
 
 Texts: the sample's PubMed titles + abstracts, repeated under distinct ids up to --docs papers, cut
 at --max-length (256) tokens. Model: a BERT-base-sized encoder (12 layers, hidden 768, random
@@ -17,9 +18,11 @@ weights, the shipped MiniLM's BERT vocabulary) written as a local model director
                  included); one synchronisation at the end. A first pass compiles and warms up
                  (timed apart), the second is measured.
   embed job      encoders.embed.run_embed on a run holding the papers (Parquet in, shards out), with
-                 the job's defaults on CUDA; the compiled forward is the one already built (a long
-                 job compiles once), so the figure is the steady state; its loop time is from its
-                 summary (feed start-up included), its wall time beside it.
+                 the job's defaults on CUDA and compile "on"; the compiled forward is the one already
+                 built (a long job compiles once), so the figure is the steady state; its loop time is
+                 from its summary (feed start-up included), its wall time beside it. The summary's
+                 "compiled" says whether the compiled forward ran: a check of its own (a job that fell
+                 back to eager measured something else).
   training       encoders.train.run_train on seeded random triplets of these papers: the seed recipe
                  (8 x 4 accumulation) and micro-batches of 64 (eager, and with --train-compile also
                  compiled); the steps after --warmup-steps are timed between two synchronisations
@@ -27,8 +30,12 @@ weights, the shipped MiniLM's BERT vocabulary) written as a local model director
 
 Prints real (unpadded) tokens/s, the ratio to the bare forward, model FLOP utilisation against the
 GPU's dense bf16 peak (forward 2 x non-embedding parameters + attention per token; training 3x that),
-and hours for 33M papers at 256 tokens. Targets (issue 14, H100): embed job >= 0.90 of the bare
-forward and >= 2M real tokens/s; training at batch 64 >= 35% of bf16 peak.
+and the hours 33M papers would take, a projection (basis: 33M papers x 256 tokens / the row's
+measured real tokens/s; JSON "projected_hours_33M" with "projection_basis"). Targets (issue 14,
+H100; --target-embed-vs-bare, --target-embed-rate, --target-mfu change them): embed job >= 0.90 of
+the bare forward and >= 2M real tokens/s; training at batch 64 >= 35% of bf16 peak; and the check
+that the embed job ran compiled. A verdict line each (met, MISSED, or not checked with the reason);
+exit 1 when any is missed or not checked (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -60,12 +67,16 @@ from sciencemap.contracts import SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import Dist
 from sciencemap.text import paper_text
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
 # Dense bf16 tensor-core peaks (TFLOP/s) by device name; the first match wins.
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("H800", 989.0), ("GH200", 989.0),
                     ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0))
 PAPERS_AT_SCALE = 33e6
+TOKENS_PER_PAPER_AT_SCALE = 256
+PROJECTION_BASIS = (f"{PAPERS_AT_SCALE / 1e6:.0f}M papers x {TOKENS_PER_PAPER_AT_SCALE} tokens each / the row's "
+                    "measured real tokens/s")
 
 
 def peak_tflops(name: str, given: float) -> float | None:
@@ -129,10 +140,11 @@ class Report:
         flops = rate * self.fpt * (3 if train else 1)
         mfu = f"{flops / (self.peak * 1e12):.1%} of {self.peak:.0f} TFLOP/s" if self.peak and not self.dry else "n/a"
         ratio = f"{rate / self.bare:.2f}" if self.bare and not train else "-"
-        hours = PAPERS_AT_SCALE * 256 / rate / 3600
-        print(f"{name:<44} {rate:>14,.0f} {ratio:>8} {flops / 1e12:>9.1f} {mfu:>22} {hours:>9.2f}  {extra}", flush=True)
+        hours = PAPERS_AT_SCALE * TOKENS_PER_PAPER_AT_SCALE / rate / 3600
+        print(f"{name:<44} {rate:>14,.0f} {ratio:>8} {flops / 1e12:>9.1f} {mfu:>22} {hours:>11.2f}  {extra}",
+              flush=True)
         self.rows.append({"name": name, "tokens_per_s": rate, "ratio_to_bare": rate / self.bare if self.bare else None,
-                          "tflops": flops / 1e12, "hours_33M": hours})
+                          "tflops": flops / 1e12, "projected_hours_33M": hours, "projection_basis": PROJECTION_BASIS})
         return rate
 
 
@@ -194,7 +206,7 @@ def time_training(lay: RunLayout, model_dir: Path, device: str, batch: int, accu
     return train_tokens(lay, cfg, warm, last), marks[last] - marks[warm]
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="a tiny model on the CPU: checks the code, measures nothing")
     ap.add_argument("--model", default="", help="a local model directory (default: a BERT-base-sized random one)")
@@ -205,6 +217,11 @@ def main() -> None:
     ap.add_argument("--train-compile", action="store_true", help="also time batch 64 with the compiled model")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the GPU's dense bf16 peak, if not in the table")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--target-embed-vs-bare", type=float, default=0.90,
+                    help="embed job (loop) / bare compiled forward, real tokens/s, at least")
+    ap.add_argument("--target-embed-rate", type=float, default=2e6, help="embed job (loop) real tokens/s, at least")
+    ap.add_argument("--target-mfu", type=float, default=0.35, help="training at batch 64, share of bf16 peak, at least")
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
 
     dry = args.dry_run
@@ -238,7 +255,7 @@ def main() -> None:
               f"{shape.max_tokens:,} tokens, chunks of {shape.chunk_rows}, {shape.workers} feed workers; "
               f"peak {peak or 'unknown'} TFLOP/s")
         rep = Report(peak, dry, fpt)
-        print(f"\n{'':<44} {'real tokens/s':>14} {'/ bare':>8} {'TFLOP/s':>9} {'MFU':>22} {'h @ 33M':>9}")
+        print(f"\n{'':<44} {'real tokens/s':>14} {'/ bare':>8} {'TFLOP/s':>9} {'MFU':>22} {'h @ 33M (*)':>11}")
 
         # the job's batches as the bare forward had them: the budget fixed (free memory changes as we go)
         cfg = EmbedConfig(model=str(model_dir), max_length=args.max_length, device=device.type, compile="on",
@@ -268,21 +285,31 @@ def main() -> None:
             trip_s = (steps - 1 - warm) * b * a / sec
             train_rates[label] = rep.line(label, tok, sec, train=True, extra=f"({trip_s:,.0f} triplets/s)")
 
-        print("\ntargets (H100, BERT-base, 256 tokens, bf16):")
-        if dry:
-            print("  dry run: the figures above check the code path only")
-        else:
-            ok1 = embed_rate >= 0.9 * rep.bare
-            ok2 = embed_rate >= 2e6
-            mfu64 = train_rates["training, batch 64"] * fpt * 3 / (peak * 1e12) if peak else float("nan")
-            print(f"  embed job / bare forward {embed_rate / rep.bare:.2f} (>= 0.90): {'met' if ok1 else 'MISSED'}")
-            print(f"  embed job {embed_rate / 1e6:.2f}M real tokens/s (>= 2M): {'met' if ok2 else 'MISSED'}")
-            print(f"  training at batch 64 {mfu64:.1%} of bf16 peak (>= 35%): {'met' if mfu64 >= 0.35 else 'MISSED'}")
+        print(f"(*) projected (basis: {PROJECTION_BASIS}), not measured")
+
+        verdicts = Verdicts()   # the targets are for an H100, BERT-base, 256 tokens, bf16
+        verdicts.check("embed job ran the compiled forward (compile on)", bool(s.get("compiled")),
+                       f"compile_failed: {s.get('compile_failed')}" if not s.get("compiled") else "")
+        mfu64 = train_rates["training, batch 64"] * fpt * 3 / (peak * 1e12) if peak else None
+        targets = [("embed job / bare compiled forward, real tokens/s", embed_rate / rep.bare,
+                    args.target_embed_vs_bare, "{:.2f}", ""),
+                   ("embed job, real tokens/s", embed_rate, args.target_embed_rate, "{:,.0f}", ""),
+                   ("training at batch 64, share of bf16 peak", mfu64, args.target_mfu, "{:.1%}",
+                    f"the bf16 peak of {name!r} is unknown: give --peak-tflops")]
+        for label, value, target, fmt, why in targets:
+            if dry:
+                verdicts.not_checked(label, "dry run: a tiny model on the CPU, not a measurement",
+                                     ">= " + fmt.format(target))
+            else:
+                verdicts.at_least(label, value, target, fmt, reason=why)
         if args.json:
-            args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows}, indent=2))
+            args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows,
+                                             "embed_summary": {k: s.get(k) for k in ("compiled", "compile_failed")},
+                                             "verdicts": verdicts.as_json()}, indent=2))
+        return verdicts.finish(args.no_fail)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,7 +9,7 @@
    clump year (a few missing), DIV in [0, 1] (some 0, a few missing), three example titles per
    topic and a label of three words from them. The titles are real ones, recombined so that none
    repeats: article titles of the eLife JATS files (articles and their references,
-   /work/shared/data/elife-articles) and the PubMed sample's titles; each generated title is the
+   ../shared/data/elife-articles) and the PubMed sample's titles; each generated title is the
    start of one real title joined to the end of another at word boundaries. The background image is
    datashaded from 20 generated papers per topic (mapping.map_png.shade_categories, the stage's size).
 2. Builds map.html with mapping.html_map.build_html (what the render stage calls) and prints its
@@ -30,7 +30,10 @@
    N; 0 skips it): size, the time until BokehJS reported the document idle (every view drawn once;
    polled every 0.25 s) and one repaint.
 
-Exits 1 if the new page is over --max-mb (15) MB, did not get ready or logged a console error.
+A verdict line per check (met, MISSED, or not checked with the reason): the new page at most
+--max-mb (15) MB; for each of the two loads, the page got ready, decoded all N topics and logged no
+console error (not checked where headless Chromium is not installed). Exits 1 when any is missed or
+not checked (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -50,8 +53,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
+
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path("/work/shared/data")
+DATA = REPO.parent / "shared" / "data"   # the shared data sets beside the checkout
 ELIFE = DATA / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
 PUBMED = DATA / "pubmed-multilabel-mesh-sample"
 # mapping/render.py as it was before mapping/html_map.py (its build_html is the reference).
@@ -244,17 +249,28 @@ def measure_new_page(page: Path, timeout: float, init_js: str | None = None) -> 
     return r, json.loads(r["probes"]["s"] or "null") or {}
 
 
-def load_in_browser(path: Path, wait_js: str, probes: dict[str, str], timeout: float,
-                    init_js: str | None = None) -> dict:
-    # the browser tests' headless Chromium, loaded from tests/conftest.py by file (no import-path edit)
+def browser_tests_conftest():
+    """tests/conftest.py, loaded by file (no import-path edit): the browser tests' headless Chromium."""
     spec = importlib.util.spec_from_file_location("sciencemap_tests_conftest", REPO / "tests" / "conftest.py")
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
-    CHROMIUM, open_page = conftest.CHROMIUM, conftest.open_page
+    return conftest
 
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"headless Chromium not installed ({CHROMIUM}); apt-get install chromium")
-    return open_page(path, wait_js=wait_js, timeout=timeout, settle=0.5, probes=probes, init_js=init_js)
+
+def missing_chromium() -> str | None:
+    """Why headless Chromium cannot open the pages here, or None when it can."""
+    chromium = browser_tests_conftest().CHROMIUM
+    if Path(chromium).exists():
+        return None
+    return f"headless Chromium not installed ({chromium}); apt-get install chromium"
+
+
+def load_in_browser(path: Path, wait_js: str, probes: dict[str, str], timeout: float,
+                    init_js: str | None = None) -> dict:
+    if why := missing_chromium():
+        raise SystemExit(why)
+    return browser_tests_conftest().open_page(path, wait_js=wait_js, timeout=timeout, settle=0.5, probes=probes,
+                                              init_js=init_js)
 
 
 def old_build_html(ref: str):
@@ -284,9 +300,11 @@ def main(argv=None) -> int:
                     "(default: mapping.html_map.TITLE_CHARS)")
     ap.add_argument("--table-rows", type=int, default=None, help="rows of the topic table (0 = all topics)")
     ap.add_argument("--canvas", action="store_true", help="draw the topic points on a canvas instead of WebGL")
-    ap.add_argument("--max-mb", type=float, default=15.0, help="fail above this page size (10^6 bytes)")
+    ap.add_argument("--max-mb", "--target-mb", dest="max_mb", type=float, default=15.0,
+                    help="fail above this page size (10^6 bytes)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a page to load")
     ap.add_argument("--out", type=Path, default=None, help="keep the pages in this folder (default: a temporary one)")
+    Verdicts.add_arguments(ap)
     args = ap.parse_args(argv)
     from mapping.html_map import build_html, pack_topics
     from mapping.render import RenderConfig
@@ -319,11 +337,21 @@ def main(argv=None) -> int:
           f"{mb(info['text_plain_gzip_bytes'])}); whole blob gzip {mb(info['gzip_bytes'])}; "
           f"{info['gzip_bytes'] * 4 / 3 / args.n:.0f} bytes per topic in the page; {info['fields']} main fields")
 
-    fail = []
+    verdicts = Verdicts()
+    verdicts.at_most("new page size, MB (10^6 bytes)", size / 1e6, args.max_mb, "{:.3g}")
+    no_browser = missing_chromium()
     for how, init_js in (("", None), (" with WebGL taken away (BokehJS's canvas fallback)", NO_WEBGL)):
+        checks = (f"the page{how} got ready within {args.timeout:.0f} s",
+                  f"the page{how} decoded all {args.n:,} topics", f"the page{how} logged no console error")
+        if no_browser:
+            for name in checks:
+                verdicts.not_checked(name, no_browser)
+            continue
         r, s_ = measure_new_page(page, args.timeout, init_js)
         print(f"  in headless Chromium{how}:")
-        if r["ready"] and s_.get("ready"):
+        ready = bool(r["ready"] and s_.get("ready"))
+        verdicts.check(checks[0], ready, "" if ready else f"error: {s_.get('error')}")
+        if ready:
             sec = lambda a, b: f"{(s_[b] - s_[a]) / 1e3:.2f} s"  # noqa: E731
             print(f"    loaded in {s_['ready'] / 1e3:.2f} s from navigation to the map drawn with the data (BokehJS "
                   f"and document up at {s_['start'] / 1e3:.2f} s; base64 + gunzip {sec('start', 'inflated')}; "
@@ -334,17 +362,16 @@ def main(argv=None) -> int:
             k, first, again = json.loads(r["probes"]["search"])
             print(f"    search 'cell': {k:,} topics match; {first / 1e3:.2f} s the first time (lower-cases the "
                   f"strings), {again / 1e3:.2f} s after")
-            if s_["n"] != args.n:
-                fail.append(f"the page decoded {s_['n']} topics, not {args.n}")
+            verdicts.check(checks[1], s_["n"] == args.n, f"decoded {s_['n']:,}")
         else:
-            fail.append(f"the page{how} did not get ready within {args.timeout:.0f} s ({s_.get('error')})")
+            verdicts.not_checked(checks[1], "the page did not get ready")
         print(f"    console errors: {len(r['errors'])}" + "".join(f"\n      {e[:300]}" for e in r["errors"]))
-        fail += [f"console error{how}: {e[:200]}" for e in r["errors"]]
-    if size > args.max_mb * 1e6:
-        fail.append(f"page {mb(size)} > {args.max_mb} MB")
+        verdicts.check(checks[2], not r["errors"], "; ".join(e[:200] for e in r["errors"]))
 
     old_n = args.n if args.old_n is None else args.old_n
-    if old_n > 0:
+    if old_n > 0 and no_browser:
+        print(f"\nold page: not built ({no_browser})")
+    elif old_n > 0:
         old = old_build_html(args.old_ref)
         ot, oe = (topics, examples) if old_n == args.n else generate_topics(old_n, args.seed)
         if old_n != args.n:
@@ -372,11 +399,7 @@ def main(argv=None) -> int:
             print(f"  did not load within {args.timeout:.0f} s")
         print(f"  console errors: {len(ro['errors'])}" + "".join(f"\n    {e[:300]}" for e in ro["errors"]))
     print(f"\npages in {out}")
-    if fail:
-        print("FAILED: " + "; ".join(fail))
-        return 1
-    print(f"OK: {mb(size)} <= {args.max_mb} MB, loaded without console errors")
-    return 0
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":

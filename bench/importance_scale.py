@@ -12,6 +12,12 @@ py4j, Runtime.totalMemory - freeMemory) and the Python driver's RSS; peaks are r
 Prints per size: rows, wall time of both jobs, rows/s (mentions / s), the ratio full / reference,
 peak memory. Heavy: run with `nice -n 10`; report the load (uptime) printed with the figures.
 
+Targets (issue 3; --target-ratio, --ratio-from, --max-rss-growth change them): full / reference
+<= 2 at every size of >= 10M mentions; the Python driver's peak RSS flat as the size grows (the
+largest size's at most 1.10x the smallest's). A verdict line each (met, MISSED, or not checked with
+the reason: no size that large, a single size); a size whose run failed is a MISSED line. Exit 1
+when any is missed or not checked (--no-fail: 0).
+
     nice -n 10 .venv/bin/python bench/importance_scale.py --sizes 1000000 3000000 10000000 [30000000]
 
 Extrapolation to 67M citations on a 16-core cluster (write-up method, not measured here):
@@ -40,6 +46,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 
 def _rss_kb(pid: int) -> int:
@@ -156,7 +164,13 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default="/tmp/importance_scale")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shuffle-partitions", type=int, default=8)
+    ap.add_argument("--target-ratio", type=float, default=2.0, help="full job / bare reference time, at most")
+    ap.add_argument("--ratio-from", type=int, default=10_000_000,
+                    help="the ratio target holds at sizes of at least this many mentions")
+    ap.add_argument("--max-rss-growth", type=float, default=1.10,
+                    help="the Python driver's peak RSS at the largest size / at the smallest, at most")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one generated run dir
+    Verdicts.add_arguments(ap)
     a = ap.parse_args(argv)
     if a.one:
         print("RESULT " + json.dumps(one_size(Path(a.one), a.shuffle_partitions)), flush=True)
@@ -165,6 +179,7 @@ def main(argv=None) -> int:
     from importance.generate import GenerateConfig, run_generate
 
     results = []
+    verdicts = Verdicts()
     for n in a.sizes:
         run = Path(a.root) / f"syn_{n}"
         if not (run / "generate_summary.json").exists():
@@ -178,6 +193,8 @@ def main(argv=None) -> int:
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         if p.returncode or not line:
             print(p.stdout[-3000:], p.stderr[-3000:], flush=True)
+            verdicts.check(f"{n:,} mentions: the measuring run finished", False,
+                           f"exit code {p.returncode}, output above")
             continue
         r = json.loads(line[0][7:])
         results.append(r)
@@ -188,7 +205,23 @@ def main(argv=None) -> int:
         pk = r["full_peak"]
         print(f"{r['mentions']:>10}{r['reference_s']:>8}{r['full_s']:>8}{r['ratio_full_to_reference']:>7}"
               f"{r['mentions_per_s_full']:>10}{pk['jvm_rss_mb']:>9}{pk['jvm_heap_mb']:>9}{pk['py_rss_mb']:>8}")
-    return 0
+    large = [r for r in results if r["mentions"] >= a.ratio_from]
+    for r in large:
+        verdicts.at_most(f"{r['mentions']:,} mentions: full job / bare reference time", r["ratio_full_to_reference"],
+                         a.target_ratio, "{:.2f}")
+    if not large:
+        verdicts.not_checked(f"full job / bare reference time at >= {a.ratio_from:,} mentions",
+                             f"no size of >= {a.ratio_from:,} mentions was measured (--sizes, --ratio-from)",
+                             f"<= {a.target_ratio:.2f}")
+    rss_name = "Python driver peak RSS (full job), largest size / smallest"
+    if len(results) >= 2:
+        by_size = sorted(results, key=lambda r: r["mentions"])
+        verdicts.at_most(rss_name, by_size[-1]["full_peak"]["py_rss_mb"] / by_size[0]["full_peak"]["py_rss_mb"],
+                         a.max_rss_growth, "{:.3f}")
+    else:
+        verdicts.not_checked(rss_name, f"{len(results)} size(s) measured: flat memory needs two",
+                             f"<= {a.max_rss_growth:.3f}")
+    return verdicts.finish(a.no_fail)
 
 
 if __name__ == "__main__":

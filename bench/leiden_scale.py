@@ -17,16 +17,22 @@ Scale mode:
    timed separately and left out of both sides), then one bare `igraph.Graph.community_leiden`
    call (CPM, same resolution, seed, beta, weights, n_iterations = the iterations the stage ran).
    Printed: stage time (without the igraph construction) / bare time, target <= 1.2; merge time /
-   Leiden time, target <= 0.10; and the quality of both (the same partition gives the same value).
+   Leiden time, target <= 0.10; and the quality of both (a check: the same partition gives the
+   same value).
 4. Quality against iterations: Leiden one iteration at a time (as the stage does) until an
    iteration changes nothing, capped at --stable-cap iterations (said in the output when the cap
    is hit); CPM quality after 1, 2, 3, 5, 10 iterations against the last; target: the stage's
-   iteration count within 0.5%.
+   iteration count within 0.5% of until-stable (not checked when the cap is hit before stable).
+Each target and the check get a verdict line (met, MISSED, or not checked with the reason);
+--target-ratio, --target-merge and --target-gap change the targets.
 
 Demo mode (--demo RUN): on a run's kNN graph (int32 row edges, or the older string-id edges with
 node order = first appearance), for each default resolution: igraph's until-stable call against the
 stage's capped loop (identical?), how many iterations until stable, whether a fixed N = 1..5 gives
-the same partition, and the quality gap after N iterations.
+the same partition, and the quality gap after N iterations; a verdict line per resolution: the
+stage's loop gives the until-stable partition.
+
+The exit code is 1 when any target is missed or not checked (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -48,6 +54,7 @@ import pyarrow.parquet as pq
 from sciencemap.contracts import EDGES_META_KEY, SCHEMAS, VECTORS_IDS, VECTORS_MATRIX, VECTORS_META
 from sciencemap.layout import RunLayout
 from sciencemap.progress import current_rss_mb
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 
 def peak_mb() -> float:
@@ -133,7 +140,7 @@ def quality_curve(G, w, resolution: float, seed: int, cap: int, beta: float = 0.
     return out, False
 
 
-def scale(args) -> None:
+def scale(args, verdicts: Verdicts) -> None:
     from mapping.cluster import ClusterConfig, load_graph, run_cluster
 
     root = Path(tempfile.mkdtemp(prefix="leiden_scale_", dir=args.tmp))
@@ -188,9 +195,7 @@ def scale(args) -> None:
         bare = bare_leiden(G, graph.w, args.resolution, args.seed, r["iterations"])
         bare_s, bare_cpu = time.perf_counter() - t, time.process_time() - c
         print(f"  bare community_leiden, n_iterations={r['iterations']}: {bare_cpu:.1f} CPU s ({bare_s:.1f} s wall), "
-              f"quality {bare.quality:.6f} "
-              f"({'the same partition quality as the stage' if abs(bare.quality - r['quality']) < 1e-12 else 'DIFFERENT quality'})",
-              flush=True)
+              f"quality {bare.quality:.6f} (the stage's {r['quality']:.6f})", flush=True)
 
         print(f"\n== quality against iterations (until stable, capped at {args.stable_cap})", flush=True)
         curve, converged = quality_curve(G, graph.w, args.resolution, args.seed, args.stable_cap)
@@ -206,20 +211,38 @@ def scale(args) -> None:
         print("\n== figures (CPU seconds of this process: Leiden is single-threaded, and CPU time does not count "
               "the other jobs of a shared machine; wall in brackets)")
         print(f"  stage without igraph construction / bare Leiden: {stage_cpu:.1f} / {bare_cpu:.1f} CPU s = "
-              f"{stage_cpu / bare_cpu:.2f} (target <= 1.2) [wall {stage_s:.1f} / {bare_s:.1f} s = {stage_s / bare_s:.2f}]")
+              f"{ratio(stage_cpu, bare_cpu):.2f} [wall {stage_s:.1f} / {bare_s:.1f} s = {ratio(stage_s, bare_s):.2f}]")
         print(f"  stage Leiden loop alone / bare Leiden: {r['leiden_cpu_s']:.1f} / {bare_cpu:.1f} CPU s = "
-              f"{r['leiden_cpu_s'] / bare_cpu:.2f}")
+              f"{ratio(r['leiden_cpu_s'], bare_cpu):.2f}")
         print(f"  merge / Leiden: {r['merge_cpu_s']:.2f} / {r['leiden_cpu_s']:.1f} CPU s = "
-              f"{r['merge_cpu_s'] / r['leiden_cpu_s']:.4f} (target <= 0.10) [wall {r['merge_s']:.2f} / {r['leiden_s']:.1f} s]")
+              f"{ratio(r['merge_cpu_s'], r['leiden_cpu_s']):.4f} [wall {r['merge_s']:.2f} / {r['leiden_s']:.1f} s]")
         print(f"  quality at the stage's {r['iterations']} iterations: {gap:.3f}% below "
-              f"{'until-stable' if converged else f'the {args.stable_cap}-iteration cap'} (target <= 0.5%)")
+              f"{'until-stable' if converged else f'the {args.stable_cap}-iteration cap'}")
         print(f"  igraph construction from arrays: {s['graph_cpu_s']:.1f} CPU s in the stage, {c_build:.1f} here; "
               f"peak RSS {peak_mb():,.0f} MB")
+        verdicts.check("bare Leiden gives the stage's partition quality", abs(bare.quality - r["quality"]) < 1e-12,
+                       f"bare {bare.quality:.6f}, stage {r['quality']:.6f}")
+        verdicts.at_most("stage without igraph construction / bare Leiden, CPU s", ratio(stage_cpu, bare_cpu),
+                         args.target_ratio, "{:.2f}", reason="a CPU time of 0 s: the graph is too small to time")
+        verdicts.at_most("merge / Leiden, CPU s", ratio(r["merge_cpu_s"], r["leiden_cpu_s"]), args.target_merge,
+                         "{:.4f}", reason="a CPU time of 0 s: the graph is too small to time")
+        gap_name = f"quality gap at the stage's {r['iterations']} iterations to until-stable, %"
+        if converged:
+            verdicts.at_most(gap_name, gap, args.target_gap, "{:.3f}",
+                             reason=f"the curve has no point at iteration {r['iterations']}")
+        else:
+            verdicts.not_checked(gap_name, f"not stable within --stable-cap {args.stable_cap} iterations: raise it",
+                                 f"<= {args.target_gap:.3f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def demo(args) -> None:
+def ratio(a: float, b: float) -> float:
+    """a / b; NaN when b is 0 (a tiny graph's CPU time can round to nothing)."""
+    return a / b if b > 0 else float("nan")
+
+
+def demo(args, verdicts: Verdicts) -> None:
     import pandas as pd
 
     from mapping.cluster import (DEFAULT_RESOLUTIONS, ClusterConfig, build_graph, iterations_for, leiden,
@@ -250,6 +273,8 @@ def demo(args) -> None:
         t_loop = time.perf_counter() - t0
         same = bool(np.array_equal(mem, stable.membership))
         all_same &= same
+        verdicts.check(f"gamma {r:g}: the stage's loop gives the until-stable partition", same,
+                       "" if info["converged"] else f"the stage's cap of {cap} iterations reached")
         fixed = {n: bare_leiden(G, graph.w, r, args.seed, n).membership == stable.membership for n in range(1, 6)}
         q = info["qualities"]
         gaps = ", ".join(f"N={n}: {100 * (stable.quality - q[n - 1]) / abs(stable.quality):.3f}%"
@@ -262,7 +287,7 @@ def demo(args) -> None:
     print(f"all resolutions identical to until-stable: {'yes' if all_same else 'NO'}")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--edges", type=int, default=20_000_000, help="directed kNN edges (edges // nodes per node)")
@@ -279,17 +304,25 @@ def main() -> None:
                     help="also time the former construction (Python lists of edges and weights)")
     ap.add_argument("--tmp", default=None, help="directory for the generated run (default: the system's)")
     ap.add_argument("--demo", help="a run directory: compare the stage's capped loop with until-stable on its graph")
+    ap.add_argument("--target-ratio", type=float, default=1.2,
+                    help="stage (without the igraph construction) / bare Leiden CPU time, at most")
+    ap.add_argument("--target-merge", type=float, default=0.10, help="merge / Leiden CPU time, at most")
+    ap.add_argument("--target-gap", type=float, default=0.5,
+                    help="quality at the stage's iterations below until-stable, at most (percent)")
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
     args.iterations_given = args.iterations is not None
     if args.iterations is None:
         args.iterations = 3
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     logging.getLogger("sciencemap.progress").setLevel(logging.INFO)
+    verdicts = Verdicts()
     if args.demo:
-        demo(args)
+        demo(args, verdicts)
     else:
-        scale(args)
+        scale(args, verdicts)
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,6 +10,9 @@ own (os.wait4's rusage of that child; the corpus is generated in another child, 
 parent stays small and a child's ru_maxrss, which starts at its parent's RSS, is its own). Prints a table: seconds, peak RSS, peak bytes per paper, and
 the bytes on disk per paper of what the stage wrote; the reference in the same run is the raw
 float32 vectors (n × dim × 4 bytes) each peak is compared with. Needs no GPU.
+
+Target (issue 13; --target-peak-gib changes it): the largest stage peak RSS <= 12 GiB, with a
+verdict line (met or MISSED); exit 1 when it is missed (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,6 +45,7 @@ min_cluster_size = 5
 
 [render]
 map_resolution = 0.0
+layout_method = "{args.layout}"
 
 [evaluate]
 path_sample = 100
@@ -67,17 +73,20 @@ def run_stage(stage: str, run: Path, cfg: Path, log: Path) -> dict:
     return {"stage": stage, "seconds": wall, "peak_rss_bytes": usage.ru_maxrss * 1024}
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2_000_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--vector-dtype", default="float32", choices=("float32", "float16"))
     ap.add_argument("--resolutions", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
+    ap.add_argument("--layout", default="umap", choices=("umap", "pca"), help="the render stage's topic layout")
     ap.add_argument("--run", type=Path, default=REPO / "runs" / "bench_chain")
     ap.add_argument("--reuse", action="store_true", help="keep an existing generated corpus of the same size")
     ap.add_argument("--generate-only", action="store_true", help="write the corpus and stop (use --reuse later)")
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    ap.add_argument("--target-peak-gib", type=float, default=12.0, help="the largest stage peak RSS, at most (GiB)")
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
 
     run = args.run
@@ -93,7 +102,7 @@ def main() -> None:
         stamp.write_text(json.dumps({"args": want, "corpus": info}))
         print(f"generated {args.n:,} papers x {args.dim}-d in {time.perf_counter() - t0:.0f} s: {info}", flush=True)
     if args.generate_only:
-        return
+        return 0
     for t in ("vectors", "knn_work", "edges", "clusters", "topics", "map.png", "map.html", "report.md",
               "metrics.json", "stages.json"):
         p = run / t
@@ -133,12 +142,14 @@ def main() -> None:
           f"edges {edges_meta.get('edges')}")
     for res, g, a, ar in acc:
         print(f"MeSH accuracy at resolution {res:g}: G {g:,.0f}  A {a:.4f}  (random {ar:.4f})")
-    print(f"total {sum(r['seconds'] for r in rows):.0f} s; largest stage peak {peak / 2**30:.2f} GiB "
-          f"({'within' if peak <= 12 * 2**30 else 'ABOVE'} the 12 GiB target)")
+    print(f"total {sum(r['seconds'] for r in rows):.0f} s")
+    verdicts = Verdicts()
+    verdicts.at_most("largest stage peak RSS, GiB", peak / 2**30, args.target_peak_gib, "{:.2f}")
     if args.out:
         args.out.write_text(json.dumps({"n": args.n, "dim": args.dim, "raw_vector_bytes": raw, "stages": rows,
-                                        "knn": edges_meta, "mesh": acc}, indent=2))
+                                        "knn": edges_meta, "mesh": acc, "verdicts": verdicts.as_json()}, indent=2))
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -39,6 +39,12 @@ Steps (each cached in --out, so a re-run resumes):
    Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
    suffix names settings that differ from the recipe), mesh_curves-n<steps>[...].png, and prints the .md.
 
+Evaluations (<out>/eval_cache.json) and baselines (<out>/baseline_cache.json) are cached under keys
+that hold the settings, a hash of the code that computes them (EVAL_CODE, BASELINE_CODE) and of the
+input files (names, sizes and modification times of the tables read and of the model directory),
+so a cached figure is always the one this code gives on these inputs. The table's "cached" column
+says how many of a row's models (graphs) were read from the cache instead of computed by this run.
+
 A grid shares one --out (data, triplets and the evaluation cache are reused): e.g. --H 0 1 2,
 --margin 0.5, --lr 5e-5, --steps 200 each train only their own models.
 """
@@ -57,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 from encoders.config import TrainConfig
+from encoders.model import resolve_model
 from encoders.objectives import OBJECTIVES, get_objective
 from encoders.objectives.triplet import DEFAULT_MARGIN
 from sciencemap.contracts import SPLIT_VAL
@@ -73,6 +80,45 @@ SCISUMM_SUB = "data/Training-Set-2019/Task1/From-ScisummNet-2019"
 T0 = time.time()
 DEFAULT_LR = TrainConfig.lr                 # the seed recipe's
 DEFAULT_SCALE = TrainConfig.in_batch_scale
+
+# The code whose change invalidates a cached entry (globs under the checkout): this script (the
+# evaluation sets, the metrics' wiring), all of mapping/ (metrics, k-NN graphs, Leiden sweeps, MeSH
+# vectors) and sciencemap/ (text cleaning, table reading) and, for an encoder's entry, its
+# embedding path (encoders/model.py, encoders/embed/). Whole folders rather than the modules an
+# entry imports today: a wider set only costs a re-evaluation, a narrower one could serve a stale
+# figure. Training code is not in it: a model is identified by its directory's files instead.
+BASELINE_CODE = ("bench/quality_experiment.py", "mapping/*.py", "sciencemap/*.py")
+EVAL_CODE = BASELINE_CODE + ("encoders/model.py", "encoders/embed/*.py")
+
+
+def code_hash(patterns, root: Path = REPO) -> str:
+    """SHA-256 (12 hex digits) over the paths and bytes of the files the glob patterns match under root."""
+    h = hashlib.sha256()
+    for f in sorted({f for pat in patterns for f in root.glob(pat) if f.is_file()}):
+        h.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def files_hash(*paths: Path) -> str:
+    """SHA-256 (12 hex digits) over the names, sizes and modification times of every file under the
+    paths (tables, a model directory; symbolic links followed): a table or model that a re-run
+    rewrote gets a new key. A missing path counts as such."""
+    h = hashlib.sha256()
+    for p in paths:
+        p = Path(p).resolve()
+        files = sorted(Path(d) / f for d, _, fs in os.walk(p, followlinks=True) for f in fs) if p.is_dir() \
+            else [p] if p.is_file() else []
+        h.update(f"{p.name}:{len(files)}\0".encode())
+        for f in files:
+            st = f.stat()
+            h.update(f"{f.relative_to(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def eval_inputs(out: Path) -> list[Path]:
+    """The tables the evaluation sets are read from (build_eval_sets, importance_graded_sets)."""
+    return [out / "shared" / "papers", out / "shared" / "references", out / "pubmed" / "papers",
+            *(out / f"h{h}" / t for h in (2, 0) for t in ("triplets", "pairs"))]
 
 
 def trained_on_cosine(objective: str) -> bool:
@@ -377,17 +423,19 @@ def bm25_pubmed(pm: pd.DataFrame):
     return bm25_graph(pubmed_texts(pm), k=MESH_K, name="bm25")
 
 
-def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> dict:
+def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> tuple[dict, bool]:
     """TF-IDF, BM25, random 20-regular and MeSH (criterion) 20-NN curves on the PubMed records,
-    computed once and cached in <out>/baseline_cache.json (keyed by the records and the sweep)."""
+    computed once and cached in <out>/baseline_cache.json (keyed by the records, the sweep, the
+    code (BASELINE_CODE) and the PubMed table's files); (curves, whether they came from the cache)."""
     from mapping import text_graphs as tg
 
     cache = out / "baseline_cache.json"
     key = hashlib.sha256(json.dumps(["baselines-v1", sorted(pm.paper_id.tolist()), MESH_K, args.g_range,
-                                     args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12]
+                                     args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12] \
+        + f"|code:{code_hash(BASELINE_CODE)}|data:{files_hash(out / 'pubmed' / 'papers')}"
     cached = json.loads(cache.read_text()) if cache.exists() else {}
     if key in cached:
-        return cached[key]
+        return cached[key], True
     texts, n = pubmed_texts(pm), len(pm)
     builders = {"tfidf": lambda: tg.tfidf_graph(texts, k=MESH_K, name="tfidf"),
                 "bm25": lambda: bm25_pubmed(pm),
@@ -402,7 +450,7 @@ def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> dict:
     cached = json.loads(cache.read_text()) if cache.exists() else {}
     cached[key] = res
     _mark(cache, cached)
-    return res
+    return res, False
 
 
 def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with=None) -> dict:
@@ -547,7 +595,10 @@ def objectives_note(args) -> str:
     return ", ".join(notes.get(o, o) for o in args.objectives)
 
 
-def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: Path | None = None) -> str:
+def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: Path | None = None,
+           cached: set[str] = frozenset()) -> str:
+    """The results as Markdown; `cached` names the models and graphs whose figures were read from
+    the caches (a hybrid "<model> + BM25" with its model), counted in the tables' "cached" column."""
     METRICS = metrics(args)
     curves = mesh_graphs(per_model, baselines)
     scores = mesh_scores(args, curves)
@@ -570,13 +621,17 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
             for g, names in groups.items()}
     if plot is not None and curves:
         plot_curves(args, plot, curves, groups)
+    def from_cache(names) -> int:
+        return sum(n in cached or any(n == hybrid_name(m) for m in cached) for n in names)
+
     lines = [f"# Quality experiment: base vs {' vs '.join(f'H={h}' for h in sorted(args.H))} "
              f"({'repo sample' if args.sample else 'full eLife research + ScisummNet'})",
-             "", "| model | models | " + " | ".join(lbl for _, lbl in METRICS) + " |",
-             "|---|---|" + "---|" * len(METRICS)]
+             "", "| model | models | cached | " + " | ".join(lbl for _, lbl in METRICS) + " |",
+             "|---|---|---|" + "---|" * len(METRICS)]
     for g, vals in rows.items():
-        done = sum(n in entries for n in groups[g])
-        lines.append(f"| {g} | {done} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS) + " |")
+        done = [n for n in groups[g] if n in entries]
+        lines.append(f"| {g} | {len(done)} | {from_cache(done)} | " + " | ".join(_cell(vals[k]) for k, _ in METRICS)
+                     + " |")
     contrasts = []  # (row label, [(model, model it is paired with)] by seed)
     for obj in args.objectives:
         tag = "" if obj == "triplet" else f" ({obj})"
@@ -594,7 +649,7 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
         diffs = {k: [m.get(k) - n.get(k) for m, n in zip(a, b) if m.get(k) is not None and n.get(k) is not None
                      and np.isfinite(m.get(k)) and np.isfinite(n.get(k))]
                  for k, _ in METRICS}
-        lines.append(f"| {label} (paired by seed) | {len(pairs)} | "
+        lines.append(f"| {label} (paired by seed) | {len(pairs)} | {from_cache({n for p in pairs for n in p})} | "
                      + " | ".join(_cell(diffs[k]).replace("0.", "+0.", 1) if diffs[k] and np.mean(diffs[k]) >= 0
                                   else _cell(diffs[k]) for k, _ in METRICS) + " |")
     q = {v: next(iter(per_model.values())).get(f"{v}_queries") for v in ("cite", "cite-ft")}
@@ -627,12 +682,18 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               "graded by importance; Spearman ρ(importance, −L2 distance) and nDCG with importance as gain.",
               "Cells: mean ± sample std over train seeds (base and the baselines: one graph each; their Leiden-seed "
               "spread is in the per-graph table below).",
+              "'cached': how many of the row's models (a paired row: of the models in its pairs) had their figures "
+              "read from <out>/eval_cache.json or baseline_cache.json instead of computed by this run; a cached "
+              "entry's key holds a hash of the code (quality_experiment.py, mapping/, sciencemap/, and the "
+              "embedding path for encoders) and of the input tables' and model's files, so it is what this code "
+              "gives on these inputs.",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
     if curves:
         lines += ["", f"### (c) per graph (seed paper Fig. 6 style; ± = sample std over Leiden seeds {list(args.leiden_seeds)})", "",
-                  "| graph | MeSH rel. acc. | " + " | ".join(f"A@G={g:g}" for g in args.granularities) + " | edges | sweep s |",
-                  "|---|---|" + "---|" * len(args.granularities) + "---|---|"]
+                  "| graph | MeSH rel. acc. | " + " | ".join(f"A@G={g:g}" for g in args.granularities)
+                  + " | edges | sweep s | cached |",
+                  "|---|---|" + "---|" * len(args.granularities) + "---|---|---|"]
         pm = lambda d, k: "—" if d.get(k) is None or not np.isfinite(d[k]) else (
             f"{d[k]:.4f}" + ("" if d.get(k + "_std") is None or not np.isfinite(d[k + "_std"]) else f" ± {d[k + '_std']:.4f}"))
         order = sorted(curves, key=lambda n: -(scores[n]["mesh_rel_acc"] if scores[n]["mesh_rel_acc"] is not None
@@ -641,7 +702,8 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
             d = scores[n]
             lines.append(f"| {BASELINES.get(n, n)} | {pm(d, 'mesh_rel_acc')} | "
                          + " | ".join(pm(d, f"mesh_A{g:g}") for g in args.granularities)
-                         + f" | {curves[n].get('edges', '—')} | {curves[n].get('seconds', 0):.0f} |")
+                         + f" | {curves[n].get('edges', '—')} | {curves[n].get('seconds', 0):.0f} | "
+                         + f"{'yes' if from_cache([n]) else 'no'} |")
         if plot is not None:
             lines += ["", f"Curves (Fig. 5 style): `{plot.name}`."]
     return "\n".join(lines) + "\n"
@@ -714,8 +776,10 @@ def main() -> None:
     ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.max_length,
                                       "graded", args.min_graded, "curves-v1", MESH_K, HYBRID_W, args.g_range,
                                       args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12]
+    ekey += f"|code:{code_hash(EVAL_CODE)}|data:{files_hash(*eval_inputs(out))}"
     t = time.time()
-    baselines = baseline_curves(args, out, ev["pubmed"], mv, crit)
+    baselines, baselines_cached = baseline_curves(args, out, ev["pubmed"], mv, crit)
+    from_cache = set(baselines) if baselines_cached else set()
     data["baselines_s"] = round(time.time() - t, 1)
     bm25 = None   # the PubMed BM25 graph, built when an H=2 model needs its hybrid
     plot = out / f"mesh_curves-{stem[len('results-'):]}.png"
@@ -727,10 +791,11 @@ def main() -> None:
         if args.report_only and h is not None and not (model_dir(args, out, h, seed, objective) / "train.done").exists():
             continue
         spec = args.model if h is None else train_model(args, out, h, seed, objective)
-        key = f"{name}|{spec}|{ekey}"
+        key = f"{name}|{spec}|{ekey}|model:{files_hash(resolve_model(spec))}"   # a retrained model: a new key
         cached = json.loads(cache.read_text()) if cache.exists() else {}
         if key in cached:
             per_model[name] = cached[key]
+            from_cache.add(name)
         elif args.report_only:
             continue
         else:
@@ -751,7 +816,8 @@ def main() -> None:
         if args.report_only and prev:  # keep the measuring run's command, wall time and load
             data.update({k: prev[k] for k in ("command", "wall_s", "load_start", "load_end") if k in prev})
         data["models_done"] = list(per_model)
-        md = report(args, out, per_model, data, baselines, plot)
+        data["from_cache"] = sorted(from_cache)
+        md = report(args, out, per_model, data, baselines, plot, from_cache)
         _mark(res_json, {"args": vars(args), "data": data, "models": per_model, "baselines": baselines})
         write_text_atomic(res_md, md)
     print(md or "nothing evaluated yet")

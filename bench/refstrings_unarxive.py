@@ -16,6 +16,10 @@ note): "ok" = the title is the work's title as the string gives it, or null. Whe
 exactly the printed sample (same ids and titles) the script prints the number of ok verdicts;
 otherwise it says which rows differ (the check must then be redone).
 
+Verdict lines (met, MISSED, or not checked with the reason): no year outside the range; at least
+--target-ok (90) ok verdicts in the hand check (not checked when the file is missing or holds
+another sample). Exit 1 when any is missed or not checked (--no-fail: 0).
+
     .venv/bin/python bench/refstrings_unarxive.py [--cache /tmp/refstrings_cache] [--run /tmp/refstrings_run]
         [--write-sample bench/data/refstrings_unarxive_sample.tsv]
 """
@@ -29,6 +33,8 @@ import tarfile
 import time
 from datetime import date
 from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 TAR = Path(__file__).resolve().parents[2] / "shared" / "data" / "unarxive-sample" / "unarXive_data_sample.tar.gz"
 CHECK = Path(__file__).resolve().parent / "data" / "refstrings_unarxive_check.tsv"
@@ -55,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default="/tmp/refstrings_cache")
     ap.add_argument("--run", default="/tmp/refstrings_run")
     ap.add_argument("--write-sample", help="also write the sample as a TSV (paper_id, title, raw) to this path")
+    ap.add_argument("--target-ok", type=int, default=90, help="ok verdicts of the hand check, at least")
+    Verdicts.add_arguments(ap)
     a = ap.parse_args(argv)
     import pandas as pd
     import pyarrow.parquet as pq
@@ -122,11 +130,15 @@ def main(argv=None) -> int:
                 w.writerow([pid, one_line(title) if title is not None else "", one_line(raw)])
         print(f"sample written to {a.write_sample}")
 
+    verdicts = Verdicts()
+    verdicts.at_most("years outside [1600, citing year + 1]", n_out, 0, "{:d}")
+
     # ---- the hand check
     print("\n== hand check")
+    hand = f"hand check: ok verdicts of the {len(rows)} sampled cited-only papers"
     if not CHECK.exists():
-        print(f"no verdicts yet ({CHECK})")
-        return 1 if n_out else 0
+        verdicts.not_checked(hand, f"no verdicts yet ({CHECK})", f">= {a.target_ok}")
+        return verdicts.finish(a.no_fail)
     with open(CHECK, newline="") as f:
         checked = list(csv.DictReader(f, delimiter="\t"))
     got = {r["paper_id"]: r for r in checked}
@@ -135,7 +147,8 @@ def main(argv=None) -> int:
     if differ or len(checked) != len(rows):
         print(f"{CHECK.name} does not match this sample ({len(differ)} of {len(rows)} rows differ, "
               f"{len(checked)} rows in the file): the check must be redone. First: {differ[:5]}")
-        return 1
+        verdicts.not_checked(hand, f"{CHECK.name} holds another sample: the check must be redone", f">= {a.target_ok}")
+        return verdicts.finish(a.no_fail)
     ok = sum(r["verdict"] == "ok" for r in checked)
     with_title = [r for r in checked if r["title"]]
     ok_titled = sum(r["verdict"] == "ok" for r in with_title)
@@ -146,7 +159,8 @@ def main(argv=None) -> int:
     for r in checked:
         if r["verdict"] != "ok":
             print(f"  wrong: {r['paper_id']} {r['title']!r} ({r['note']})")
-    return 0 if ok >= 90 and not n_out else 1
+    verdicts.at_least(hand, ok, a.target_ok, "{:d}")
+    return verdicts.finish(a.no_fail)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ readers produced them), papers, record rejects with their reasons (each rejected
 citances and their rejects, references, mentions and the ingest's own checks.
 
     .venv/bin/python bench/scisumm_ingest.py [--cache /tmp/scisumm_cache] [--run /tmp/scisumm_run]
+
+A verdict line per source (met or MISSED): input records = papers + record rejects (and, where
+the source has citances, input citances = in-corpus + rejected); exit 1 when any is missed
+(--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 # the shared data folder beside this checkout (bench scripts run from a checkout)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cl-scisumm"
@@ -41,6 +47,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default="/tmp/scisumm_cache")
     ap.add_argument("--run", default="/tmp/scisumm_run")
+    Verdicts.add_arguments(ap)
     a = ap.parse_args(argv)
     import pyarrow.parquet as pq
 
@@ -56,7 +63,12 @@ def main(argv=None) -> int:
                    layout)
     print(f"ingest done in {time.time() - t:.1f} s")
     rej = pq.read_table(layout.table("rejects")).to_pandas()
+    verdicts = Verdicts()
     for src, d in sorted(s["per_source"].items()):
+        verdicts.check(f"{src}: input records = papers + record rejects",
+                       bool(d["check_input_equals_papers_plus_rejects"]))
+        if "check_citances" in d:
+            verdicts.check(f"{src}: input citances = in-corpus + rejected", bool(d["check_citances"]))
         print(f"\n== {src}")
         for k in ("input_records", "papers_corpus", "papers_fulltext", "record_rejects", "input_citances",
                   "citances_in_corpus", "references", "references_resolved", "mentions", "citance_section_match_rate"):
@@ -71,7 +83,9 @@ def main(argv=None) -> int:
                 for f, rid in sorted(zip(g.source_file, g.record_id)):
                     print(f"  {reason}: {'/'.join(f.rsplit('/', 3)[-3:])} ({rid})")
     print(f"\nRESULT counts add up for every source: {s['check_input_equals_papers_plus_rejects']}")
-    return 0 if s["check_input_equals_papers_plus_rejects"] else 1
+    verdicts.check("every source: input records = papers + record rejects",
+                   bool(s["check_input_equals_papers_plus_rejects"]))
+    return verdicts.finish(a.no_fail)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@
 Prints per-class precision / recall / F1 and support, macro-F1 and accuracy, a confusion table
 (rows = truth, columns = prediction) and, with --show-errors N, the commonest misses.
 
+Targets (issue 17; --target-dev, --target-uninformative, --target-jats change them): macro-F1 on
+the development set >= 0.90 over all and >= 0.85 on uninformative headings; eLife + PMC pooled
+>= 0.97. A verdict line each (met, MISSED, or not checked with the reason: the eLife tar or the PMC
+folder missing); exit 1 when any is missed or not checked (--no-fail: 0).
+
     .venv/bin/python bench/section_f1.py [--loco] [--show-errors 15] [--cache /tmp/section_cache]
 """
 from __future__ import annotations
@@ -36,6 +41,7 @@ from importance.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND
                                          predict, read_labelled, read_tsv, train)
 from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections,
                                  macro_f1)
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
 PARSER = etree.XMLParser(recover=True, resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True)
@@ -165,17 +171,27 @@ def main(argv=None) -> int:
     ap.add_argument("--loco", action="store_true", help="also leave-one-corpus-out (retrains, minutes)")
     ap.add_argument("--cache", type=Path, default=None, help="folder for parsed training sections (re-runs)")
     ap.add_argument("--show-errors", type=int, default=15)
+    ap.add_argument("--target-dev", type=float, default=0.90, help="development set macro-F1 over all, at least")
+    ap.add_argument("--target-uninformative", type=float, default=0.85,
+                    help="development set macro-F1 on uninformative headings, at least")
+    ap.add_argument("--target-jats", type=float, default=0.97, help="eLife + PMC pooled macro-F1, at least")
+    Verdicts.add_arguments(ap)
     a = ap.parse_args(argv)
     a.elife_tar = a.elife_tar or a.data / ELIFE_TAR
     a.pmc_dir = a.pmc_dir or a.data / PMC_DIR
-    t0 = time.time()
-    elife, pmc = jats_corpora(a)
-    print(f"eLife: {len(elife)} labelled sections; PMC: {len(pmc)}; {time.time() - t0:.1f} s")
-    rd = sum(1 for *_, st in elife + pmc if st and st.lower().startswith("results|discussion"))
-    print(f'"results|discussion" sections: {rd} (scored as R: the leftmost type/keyword wins)')
-    figures = {"elife": report("eLife research articles (sec-type hidden)", elife, a.show_errors),
-               "pmc": report("PMC .nxml samples (sec-type hidden)", pmc, a.show_errors)}
-    figures["elife+pmc"] = report("eLife + PMC pooled", elife + pmc, quiet=True)
+    missing = [str(p) for p in (a.elife_tar, a.pmc_dir) if not p.exists()]
+    figures = {}
+    if missing:
+        print(f"eLife / PMC sections not scored: {', '.join(missing)} not found")
+    else:
+        t0 = time.time()
+        elife, pmc = jats_corpora(a)
+        print(f"eLife: {len(elife)} labelled sections; PMC: {len(pmc)}; {time.time() - t0:.1f} s")
+        rd = sum(1 for *_, st in elife + pmc if st and st.lower().startswith("results|discussion"))
+        print(f'"results|discussion" sections: {rd} (scored as R: the leftmost type/keyword wins)')
+        figures = {"elife": report("eLife research articles (sec-type hidden)", elife, a.show_errors),
+                   "pmc": report("PMC .nxml samples (sec-type hidden)", pmc, a.show_errors)}
+        figures["elife+pmc"] = report("eLife + PMC pooled", elife + pmc, quiet=True)
     with tempfile.TemporaryDirectory() as tmp:
         t1 = time.time()
         rows = dev_rows_by_command(a.dev, Path(tmp))
@@ -184,11 +200,15 @@ def main(argv=None) -> int:
     if a.loco:
         figures.update({f"loco {k}": v for k, v in loco(a, rows).items()})
     print("\nRESULT")
-    for k, v in figures.items():
-        print(f"  {k:<34} macro-F1 {v:.4f}")
-    print(f"targets: development set >= 0.90 over all ({figures['all']:.4f}), >= 0.85 on uninformative headings "
-          f"({figures['uninformative']:.4f}); eLife + PMC >= 0.97 ({figures['elife+pmc']:.4f})")
-    return 0
+    for k, f1 in figures.items():
+        print(f"  {k:<34} macro-F1 {f1:.4f}")
+    verdicts = Verdicts()
+    verdicts.at_least("development set, macro-F1 over all", figures["all"], a.target_dev, "{:.4f}")
+    verdicts.at_least("development set, macro-F1 on uninformative headings", figures["uninformative"],
+                      a.target_uninformative, "{:.4f}")
+    verdicts.at_least("eLife + PMC pooled, macro-F1 (sec-type hidden)", figures.get("elife+pmc"), a.target_jats,
+                      "{:.4f}", reason=f"{', '.join(missing)} not found" if missing else "no labelled section")
+    return verdicts.finish(a.no_fail)
 
 
 if __name__ == "__main__":

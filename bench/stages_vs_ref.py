@@ -14,6 +14,10 @@ the rounds' means, and the vectors' agreement (same ids in the same order, min c
 
 train: both jobs train --train-steps steps (default 20) with a log line per step, same seed; prints
 the step losses side by side, their largest difference, and each job's training time.
+
+The times and the vector and loss differences are figures, not targets. Two checks get a verdict
+line (met or MISSED): embed, per precision, the same ids in the same order; train, the same number
+of logged steps. Exit 1 when one is missed (--no-fail: 0).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from sciencemap.embeddings import load_embeddings
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,7 +58,7 @@ def run_job(tree: Path, job: str, run: Path, config: Path, *options: str) -> tup
     return json.loads(p.stdout[p.stdout.index("{"):]), wall
 
 
-def compare_embed(trees: dict, args, tmp: Path) -> None:
+def compare_embed(trees: dict, args, tmp: Path, verdicts: Verdicts) -> None:
     for prec in args.precisions:
         best, outs, means = {}, {}, {}
         for r in range(args.rounds):
@@ -79,9 +84,11 @@ def compare_embed(trees: dict, args, tmp: Path) -> None:
         cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
         print(f"  vectors: same ids in the same order: {same} ({len(ids_b)}); min cosine {cos.min():.7f}, "
               f"max |diff| {np.abs(a - b).max():.2e}")
+        verdicts.check(f"embed {prec}: the same ids in the same order as the reference", same,
+                       f"{len(ids_a):,} reference, {len(ids_b):,} this checkout")
 
 
-def compare_train(trees: dict, args, tmp: Path) -> None:
+def compare_train(trees: dict, args, tmp: Path, verdicts: Verdicts) -> None:
     losses, secs = {}, {}
     for name, tree in trees.items():
         run = fresh_run(tmp / f"train-{name.split()[0]}", args.run, ("papers", "triplets"))
@@ -100,9 +107,11 @@ def compare_train(trees: dict, args, tmp: Path) -> None:
     print(f"train: largest |loss difference| over the first {len(new)} steps: {diff:.2e} "
           f"(same number of steps: {len(ref) == len(new)}); training time reference/this "
           f"{secs[ref_name][0] / secs[new_name][0]:.2f}")
+    verdicts.check("train: the same number of logged steps as the reference", len(ref) == len(new),
+                   f"{len(ref)} reference, {len(new)} this checkout")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, default=REPO / "runs" / "demo", help="a finished run (papers + model)")
     ap.add_argument("--ref", default="42e5fe5")
@@ -111,6 +120,7 @@ def main() -> None:
     ap.add_argument("--precisions", nargs="+", default=["float32", "auto"])
     ap.add_argument("--stages", nargs="+", default=["embed", "train"], choices=["embed", "train"])
     ap.add_argument("--train-steps", type=int, default=20)
+    Verdicts.add_arguments(ap)
     args = ap.parse_args()
     if not (args.run / "model").is_dir() or not (args.run / "triplets").is_dir():
         raise SystemExit(f"{args.run} has no model or triplets: run `make demo` first (or pass --run)")
@@ -118,17 +128,19 @@ def main() -> None:
     ref_tree = tmp / "ref"
     subprocess.run(["git", "worktree", "add", "--detach", str(ref_tree), args.ref], cwd=REPO, check=True,
                    capture_output=True)
+    verdicts = Verdicts()
     try:
         trees = {"reference " + args.ref: ref_tree, "this checkout": REPO}
         print(f"run {args.run}, config {args.config}, load average {os.getloadavg()}")
         if "embed" in args.stages:
-            compare_embed(trees, args, tmp)
+            compare_embed(trees, args, tmp, verdicts)
         if "train" in args.stages:
-            compare_train(trees, args, tmp)
+            compare_train(trees, args, tmp, verdicts)
         print(f"load average after {os.getloadavg()}")
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=REPO, capture_output=True)
+    return verdicts.finish(args.no_fail)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

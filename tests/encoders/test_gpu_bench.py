@@ -1,9 +1,11 @@
 """bench/gpu_throughput.py: its CPU dry run goes through every timed part (bare compiled forward,
-the embed job, training at the seed recipe and at batch 64), and without a GPU the real run stops
-with an error instead of measuring the CPU."""
+the embed job, training at the seed recipe and at batch 64), checks that the embed job ran the
+compiled forward, leaves the speed targets not checked (so it exits 1: a dry run never passes for a
+measurement), and without a GPU the real run stops with an error instead of measuring the CPU."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -15,15 +17,29 @@ def test_dry_run_times_every_part(tmp_path, repo_root):
     out = tmp_path / "figures.json"
     p = subprocess.run([sys.executable, "bench/gpu_throughput.py", "--dry-run", "--docs", "64", "--json", str(out)],
                        cwd=repo_root, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "dry run" in p.stdout and "not a measurement" in p.stdout
-    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    figures = json.loads(out.read_text())
+    rows = {r["name"]: r for r in figures["rows"]}
     assert list(rows) == ["bare compiled forward", "embed job (loop: feed + forward + writes)", "embed job (whole call)",
                           "training, seed recipe 8 x 4", "training, batch 64"]
-    assert all(r["tokens_per_s"] > 0 and r["hours_33M"] > 0 for r in rows.values())
+    assert all(r["tokens_per_s"] > 0 and r["projected_hours_33M"] > 0
+               and "measured real tokens/s" in r["projection_basis"] for r in rows.values())
+    assert not any("hours_33M" in r for r in rows.values())   # only under the projection's own key
     embed = rows["embed job (loop: feed + forward + writes)"]
     assert embed["ratio_to_bare"] == pytest.approx(embed["tokens_per_s"] / rows["bare compiled forward"]["tokens_per_s"])
     assert "64 papers" in p.stdout and "MFU" in p.stdout
+    assert re.search(r"^\(\*\) projected \(basis: 33M papers x 256 tokens each / the row's measured real tokens/s\)",
+                     p.stdout, re.M)
+    # the compiled forward is checked for real on the CPU; the GPU targets are not checked, with the reason
+    assert re.search(r"^  embed job ran the compiled forward \(compile on\): met$", p.stdout, re.M)
+    assert figures["embed_summary"]["compiled"] is True
+    unchecked = re.findall(r"^  (.+) \(target >= .+\): not checked \(dry run: a tiny model on the CPU, not a "
+                           r"measurement\)$", p.stdout, re.M)
+    assert unchecked == ["embed job / bare compiled forward, real tokens/s", "embed job, real tokens/s",
+                         "training at batch 64, share of bf16 peak"]
+    assert [v["status"] for v in figures["verdicts"]] == ["met", "not checked", "not checked", "not checked"]
+    assert re.search(r"^0 MISSED, 3 not checked: exit 1$", p.stdout, re.M)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the real benchmark would run")

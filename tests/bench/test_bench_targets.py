@@ -1,0 +1,207 @@
+"""The bench scripts' verdicts, run on small cases: each script with a target, given a target out of
+its reach (or, where it needs a GPU, on a machine without one), exits non-zero and prints the
+MISSED line; a target it cannot check is a "not checked (<reason>)" line and fails the run too;
+--no-fail prints the same lines and exits 0. The figures themselves are not asserted: only the
+verdicts, the exit codes and where a projection is written."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FIGURE = r"[\d,.]+%?x?"   # a printed figure: 0.83, 1,234, 35.0%, 5.3x
+
+
+def bench(repo_root, script: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, f"bench/{script}", *map(str, args)], cwd=repo_root, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def verdict(p: subprocess.CompletedProcess, name: str, status: str, target: str | None = None) -> str:
+    """The one verdict line of `name` with `status` (met, MISSED, not checked (...)); fails naming the output.
+    With a `target`, the line holds it, after the figure (none when not checked)."""
+    figure = "" if target is None else rf" \(target {re.escape(target)}\)"
+    if target is not None and status != "not checked":
+        figure = f": {FIGURE}{figure}"
+    pattern = rf"^  {re.escape(name)}{figure}: {re.escape(status)}( \(.*\))?$"
+    lines = [m.group(0) for m in re.finditer(pattern, p.stdout, re.M)]
+    assert len(lines) == 1, f"no single line /{pattern}/ in:\n{p.stdout[-4000:]}\n{p.stderr[-3000:]}"
+    return lines[0]
+
+
+def summary(p: subprocess.CompletedProcess) -> tuple[int, int, int]:
+    """(MISSED, not checked, exit code) from the script's last line."""
+    m = re.search(r"^(\d+) MISSED, (\d+) not checked: exit (\d)", p.stdout, re.M)
+    assert m, p.stdout[-3000:] + p.stderr[-3000:]
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def test_knn_scale_misses_an_unreachable_speed_and_does_not_pass_a_skipped_resume_check(repo_root, tmp_path):
+    out = tmp_path / "knn.json"
+    p = bench(repo_root, "knn_scale.py", "--n", 3000, "--dim", 32, "--fields", 5, "--centres", 30, "--rank", 8,
+              "--queries", 200, "--run", tmp_path / "run", "--target-speed", 1e9, "--target-peak", 1e9, "--out", out)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "speed vs exact search (projected exact time / measured stage time)", "MISSED", ">= 1000000000.0x")
+    verdict(p, "peak RSS / raw float32 vectors", "met", "<= 1000000000.00x")
+    # 3,000 rows are one query block: the kill/resume check cannot run, and says so
+    line = verdict(p, "kill/resume: edges identical to the uninterrupted run's", "not checked")
+    assert "the check needs >= 3" in line
+    figures = json.loads(out.read_text())
+    assert "exact_s_extrapolated" not in figures and figures["projected_exact_s"] > 0
+    assert "queries/s" in figures["projection_basis"]
+    assert [v["status"] for v in figures["verdicts"]].count("MISSED") == summary(p)[0]
+
+
+def test_leiden_scale_misses_an_unreachable_ratio(repo_root):
+    p = bench(repo_root, "leiden_scale.py", "--nodes", 3000, "--edges", 30000, "--community", 50,
+              "--target-ratio", 0)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "stage without igraph construction / bare Leiden, CPU s", "MISSED", "<= 0.00")
+    verdict(p, "bare Leiden gives the stage's partition quality", "met")
+    assert summary(p)[0] >= 1
+
+
+def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp_path):
+    out = tmp_path / "feed.json"
+    p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000,
+              "--target-vs-dataloader", 1e6, "--json", out)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "eLife corpus left out (--elife-repeat 0)" in p.stdout
+    verdict(p, "sample: embed feed / a plain DataLoader, tokens per CPU-s", "MISSED", ">= 1000000.00x")
+    # a reachable timing target: its verdict is printed, whichever it is (no test asserts a speed)
+    assert re.search(r"^  sample: embed feed / the tokenizer's batch call, tokens per CPU-s: [\d.]+x "
+                     r"\(target >= 0\.50x\): (met|MISSED)$", p.stdout, re.M), p.stdout[-3000:]
+    assert re.search(r"^reference, the tokenizer's batch call: .* tokens/s per core$", p.stdout, re.M)
+    assert re.search(r"^reference, a plain DataLoader \(\d+ workers, 128 texts a batch\): .* tokens/s per core$",
+                     p.stdout, re.M)
+    # the 16-core figure is a projection, printed and written as one
+    assert "16 cores:" not in p.stdout
+    assert re.search(r"M tokens/s on 16 cores, projected \(basis: per-core tokens/s measured here x 16 cores\)",
+                     p.stdout)
+    sample = json.loads(out.read_text())["corpora"]["sample"]
+    assert set(sample["projected_tokens_per_s_16_cores"]) == {"embed feed", "training feed, micro-batches of 64",
+                                                              "training feed, micro-batches of 8"}
+    assert sample["projection_basis"] == "per-core tokens/s measured here x 16 cores"
+
+
+def faiss_gpus() -> int:
+    from mapping.knn import gpu_count
+
+    return gpu_count()
+
+
+def test_knn_gpu_check_fails_loudly_without_a_gpu(repo_root):
+    p = bench(repo_root, "knn_gpu_check.py", "--n", 2000, "--target-recall", 1.01)
+    assert p.returncode == 1, p.stderr[-3000:]
+    if faiss_gpus() == 0:   # this machine: nothing can be compared, and the run says so
+        verdict(p, "FAISS sees a GPU", "MISSED")
+        verdict(p, "exact search: the GPU's neighbour lists are the CPU's (tie swaps accepted)", "not checked")
+        assert summary(p) == (1, 3, 1)
+    else:                   # a GPU machine: the recall target is out of reach
+        verdict(p, "FAISS sees a GPU", "met")
+        verdict(p, "GPU ivf_sq8 recall@k", "MISSED", ">= 1.0100")
+
+
+def test_no_fail_prints_the_same_verdicts_and_exits_0(repo_root):
+    p = bench(repo_root, "knn_gpu_check.py", "--n", 2000, "--target-recall", 1.01, "--no-fail")
+    assert p.returncode == 0, p.stderr[-3000:]
+    if faiss_gpus() == 0:
+        verdict(p, "FAISS sees a GPU", "MISSED")
+    else:
+        verdict(p, "GPU ivf_sq8 recall@k", "MISSED", ">= 1.0100")
+    assert re.search(r"^\d+ MISSED, \d+ not checked: exit 0 \(--no-fail\)$", p.stdout, re.M)
+
+
+def test_html_scale_misses_an_unreachable_page_size(repo_root, shared_data, tmp_path):
+    p = bench(repo_root, "html_scale.py", "--n", 200, "--old-n", 0, "--max-mb", 0.001, "--out", tmp_path)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "new page size, MB (10^6 bytes)", "MISSED", "<= 0.001")
+    # the browser checks ran (met) where Chromium is installed, and say why not where it is not
+    statuses = re.findall(r"^  the page.* (met|MISSED|not checked)(?: \(.*\))?$", p.stdout, re.M)
+    assert len(statuses) == 6 and len(set(statuses)) == 1 and statuses[0] in ("met", "not checked")
+
+
+def test_importance_scale_misses_an_unreachable_ratio_and_one_size_is_not_flat_memory(repo_root, tmp_path):
+    p = bench(repo_root, "importance_scale.py", "--sizes", 2000, "--ratio-from", 1000, "--target-ratio", 0.01,
+              "--root", tmp_path)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    line = re.findall(r"^  [\d,]+ mentions: full job / bare reference time: [\d.]+ \(target <= 0.01\): MISSED$",
+                      p.stdout, re.M)
+    assert len(line) == 1, p.stdout[-3000:]
+    verdict(p, "Python driver peak RSS (full job), largest size / smallest", "not checked", "<= 1.100")
+    assert summary(p) == (1, 1, 1)
+
+
+def test_mapping_chain_misses_an_unreachable_peak(repo_root, tmp_path):
+    out = tmp_path / "chain.json"
+    p = bench(repo_root, "mapping_chain.py", "--n", 2000, "--dim", 16, "--resolutions", 0.01, "--layout", "pca",
+              "--run", tmp_path / "run", "--target-peak-gib", 0.01, "--out", out)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "largest stage peak RSS, GiB", "MISSED", "<= 0.01")
+    assert json.loads(out.read_text())["verdicts"][0]["status"] == "MISSED"
+
+
+def tiny_elife_tar(repo_root, dest):
+    """A tar of five of the sample's eLife articles, laid out as the shared eLife tar (.xml members)."""
+    with tarfile.open(dest, "w:gz") as tar:
+        for f in sorted((repo_root / "sample" / "elife").glob("*.xml.gz"))[:5]:
+            data = gzip.decompress(f.read_bytes())
+            info = tarfile.TarInfo(f.name[:-len(".gz")])
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dest
+
+
+def test_section_f1_misses_an_unreachable_target(repo_root, test_data, tmp_path):
+    p = bench(repo_root, "section_f1.py", "--elife-tar", tiny_elife_tar(repo_root, tmp_path / "elife.tar.gz"),
+              "--pmc-dir", test_data, "--target-dev", 1.01, "--show-errors", 0)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "development set, macro-F1 over all", "MISSED", ">= 1.0100")
+    verdict(p, "eLife + PMC pooled, macro-F1 (sec-type hidden)", "met", ">= 0.9700")
+
+
+def test_section_f1_without_the_jats_data_is_not_checked_and_fails(repo_root, test_data, tmp_path):
+    missing = tmp_path / "no-such.tar.gz"
+    p = bench(repo_root, "section_f1.py", "--elife-tar", missing, "--pmc-dir", test_data, "--target-dev", 0,
+              "--target-uninformative", 0, "--show-errors", 0)
+    assert p.returncode == 1, p.stderr[-3000:]
+    line = verdict(p, "eLife + PMC pooled, macro-F1 (sec-type hidden)", "not checked", ">= 0.9700")
+    assert line.endswith(f"({missing} not found)")
+    assert summary(p) == (0, 1, 1)
+
+
+def fake_run(root, triplets: int):
+    """A finished run as compare_runs.py reads it: metrics.json, weights and four counted tables."""
+    root.mkdir()
+    (root / "metrics.json").write_text(json.dumps({"mesh_accuracy": {"resolutions": [
+        {"resolution": 0.01, "clusters_total": 7, "granularity": 50.0, "accuracy": 0.3}]}}))
+    for name, rows in (("papers", 5), ("pairs", 4), ("triplets", triplets), ("edges", 9)):
+        (root / name).mkdir()
+        pq.write_table(pa.table({"x": list(range(rows))}), root / name / "part-00000.parquet")
+    (root / "weights").mkdir()
+    pq.write_table(pa.table({"feature": ["I", "R"], "weight": [0.4, 0.6], "mean": [0.1, 0.2], "std": [0.01, 0.02],
+                             "entropy": [0.9, 0.8]}), root / "weights" / "part-00000.parquet")
+    return root
+
+
+def test_compare_runs_misses_on_a_difference(repo_root, tmp_path):
+    a, b, c = fake_run(tmp_path / "a", 3), fake_run(tmp_path / "b", 3), fake_run(tmp_path / "c", 4)
+    same = bench(repo_root, "compare_runs.py", a, b)
+    assert same.returncode == 0, same.stderr[-3000:]
+    verdict(same, f"{b}: headline figures identical to {a}'s", "met")
+    differ = bench(repo_root, "compare_runs.py", a, b, c)
+    assert differ.returncode == 1, differ.stderr[-3000:]
+    assert verdict(differ, f"{c}: headline figures identical to {a}'s", "MISSED").endswith("(different: counts)")
+
+
+def test_evaluate_scale_checks_the_figures_bit_for_bit(repo_root, tmp_path):
+    p = bench(repo_root, "evaluate_scale.py", "--n", 3000, "--ref-n", 3000, "--work", tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    verdict(p, "at n=3,000: the new code's figures equal the reference's, bit for bit", "met")

@@ -1,0 +1,127 @@
+"""bench/verdicts.py, the one way every bench script reports its targets (its verdict logic, also for
+the scripts whose runs are too large or need data or devices a CI machine lacks: stages_vs_ref,
+refstrings_unarxive, scisumm_ingest, embed_throughput), and the quality experiment's cache: keys
+that change with the code and the input files, and a table that marks the rows read from it."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+
+def bench_module(repo_root: Path, name: str):
+    """A bench script as a module, loaded by file (bench/ is no package; the two loaded here import
+    no sibling, so nothing is put on the import path)."""
+    spec = importlib.util.spec_from_file_location(f"sciencemap_bench_{name}", repo_root / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def verdicts(repo_root):
+    return bench_module(repo_root, "verdicts")
+
+
+def test_lines_and_exit_codes(verdicts, capsys):
+    v = verdicts.Verdicts()
+    v.at_least("speed", 4.2, 5.0, "{:.1f}x")
+    v.at_most("peak", 1.2, 1.5, "{:.2f}")
+    v.check("identical", True, "12 rows compared")
+    v.not_checked("resume", "one query block")
+    assert v.finish() == 1 and v.finish(no_fail=True) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:7] == ["", "verdicts:", "  speed: 4.2x (target >= 5.0x): MISSED", "  peak: 1.20 (target <= 1.50): met",
+                       "  identical: met (12 rows compared)", "  resume: not checked (one query block)",
+                       "1 MISSED, 1 not checked: exit 1"]
+    assert out[-1] == "1 MISSED, 1 not checked: exit 0 (--no-fail)"
+    assert [x["status"] for x in v.as_json()] == ["MISSED", "met", "met", "not checked"]
+
+
+def test_a_missing_figure_is_never_met(verdicts):
+    v = verdicts.Verdicts()
+    nan = v.at_least("recall", float("nan"), 0.95, reason="index flat: not measured")
+    none = v.at_most("ratio", None, 1.2)
+    assert (nan.status, none.status) == ("not checked", "not checked")
+    assert nan.line() == "recall (target >= 0.95): not checked (index flat: not measured)"
+    assert none.reason == "no figure was measured" and v.exit_code() == 1
+
+
+def test_every_target_met_exits_0_and_no_verdict_at_all_fails(verdicts, capsys):
+    import numpy as np
+
+    v = verdicts.Verdicts()
+    v.at_least("rate", np.float32(2.0), 2.0)     # NumPy scalars are figures too; the bound is inclusive
+    v.check("same", True)
+    assert v.finish() == 0 and capsys.readouterr().out.endswith("all 2 met: exit 0\n")
+    assert verdicts.Verdicts().finish() == 1 and "no target was checked: exit 1" in capsys.readouterr().out
+
+
+def test_no_fail_is_one_option_for_every_script(verdicts):
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    verdicts.Verdicts.add_arguments(ap)
+    assert ap.parse_args(["--no-fail"]).no_fail and not ap.parse_args([]).no_fail
+
+
+# ---------------------------------------------------------------- the quality experiment's cache
+
+@pytest.fixture(scope="module")
+def quality(repo_root):
+    return bench_module(repo_root, "quality_experiment")
+
+
+def test_code_hash_changes_with_the_code_it_names(quality, tmp_path):
+    (tmp_path / "mapping").mkdir()
+    (tmp_path / "mapping" / "scidocs.py").write_text("MAP = 1\n")
+    (tmp_path / "other.py").write_text("x = 1\n")
+    before = quality.code_hash(("mapping/*.py",), tmp_path)
+    (tmp_path / "other.py").write_text("x = 2\n")               # not in the set: the key stays
+    assert quality.code_hash(("mapping/*.py",), tmp_path) == before
+    (tmp_path / "mapping" / "scidocs.py").write_text("MAP = 2\n")
+    assert quality.code_hash(("mapping/*.py",), tmp_path) != before
+    assert {"bench/quality_experiment.py", "mapping/*.py", "sciencemap/*.py"} <= set(quality.EVAL_CODE)
+    assert set(quality.BASELINE_CODE) <= set(quality.EVAL_CODE)
+    assert quality.code_hash(quality.EVAL_CODE) != quality.code_hash(quality.BASELINE_CODE)
+
+
+def test_files_hash_changes_when_a_table_is_rewritten(quality, tmp_path):
+    table = tmp_path / "papers"
+    table.mkdir()
+    (table / "part-00000.parquet").write_bytes(b"abc")
+    link = tmp_path / "linked"
+    link.symlink_to(table)                                       # the runs link tables: followed
+    before = quality.files_hash(link)
+    assert before == quality.files_hash(table)
+    st = (table / "part-00000.parquet").stat()
+    os.utime(table / "part-00000.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert quality.files_hash(link) != before
+    assert quality.files_hash(tmp_path / "missing") != quality.files_hash(table)
+    assert set(quality.eval_inputs(tmp_path)) >= {tmp_path / "shared" / "papers", tmp_path / "pubmed" / "papers",
+                                                 tmp_path / "h2" / "triplets", tmp_path / "h2" / "pairs"}
+
+
+def report_args() -> SimpleNamespace:
+    return SimpleNamespace(H=[0, 2], objectives=["triplet"], seeds=[0, 1], granularities=[20.0], sample=True,
+                           steps=5, batch_size=8, lr=2e-5, max_length=128, model="minilm", K=5, data_seed=0,
+                           max_queries=200, max_rel=5, n_neg=25, curve_points=4, g_range=[10.0, 200.0],
+                           leiden_seeds=[0], min_graded=3, margin=1.0, in_batch_scale=20.0)
+
+
+def test_the_table_marks_the_rows_read_from_the_cache(quality, tmp_path):
+    figures = {"cite_map": 0.5, "cite_ndcg": 0.6, "cite_queries": 10, "cite-ft_queries": 5, "imp_queries": 3}
+    per_model = {n: dict(figures) for n in ("base", "H=0 seed=0", "H=2 seed=0", "H=0 seed=1", "H=2 seed=1")}
+    md = quality.report(report_args(), tmp_path, per_model, {}, {}, None, {"base", "H=2 seed=0"})
+    rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:3] for r in md.splitlines() if r.startswith("| ")}
+    assert rows["model"] == ["models", "cached"]
+    assert rows["base (minilm, untuned)"] == ["1", "1"]
+    assert rows["H=0 (SPECTER-style)"] == ["2", "0"]
+    assert rows["H=2 (importance-aware)"] == ["2", "1"]
+    assert rows["H=2 − H=0 (paired by seed)"] == ["2", "1"]
+    assert "'cached': how many of the row's models" in md
