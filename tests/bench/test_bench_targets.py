@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -205,3 +206,15 @@ def test_evaluate_scale_checks_the_figures_bit_for_bit(repo_root, tmp_path):
     p = bench(repo_root, "evaluate_scale.py", "--n", 3000, "--ref-n", 3000, "--work", tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     verdict(p, "at n=3,000: the new code's figures equal the reference's, bit for bit", "met")
+
+
+def test_embed_throughput_misses_when_the_forward_cannot_compile(repo_root):
+    """Without a C++ compiler inductor cannot build the CPU forward: the job falls back to eager, and
+    the benchmark's compiled figures would measure something else, so its checks are MISSED."""
+    env = dict(os.environ, CXX="/nonexistent/c++", TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    p = subprocess.run([sys.executable, "bench/embed_throughput.py", "--n", "32", "--rounds", "1"], cwd=repo_root,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stderr[-3000:]
+    for precision in ("float32", "bfloat16"):
+        assert "InvalidCxxCompiler" in verdict(p, f"{precision}: the torch.compile forward compiled", "MISSED")
+    assert summary(p) == (2, 0, 1)
