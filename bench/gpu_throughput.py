@@ -143,7 +143,8 @@ class Report:
         hours = PAPERS_AT_SCALE * TOKENS_PER_PAPER_AT_SCALE / rate / 3600
         print(f"{name:<44} {rate:>14,.0f} {ratio:>8} {flops / 1e12:>9.1f} {mfu:>22} {hours:>11.2f}  {extra}",
               flush=True)
-        self.rows.append({"name": name, "tokens_per_s": rate, "ratio_to_bare": rate / self.bare if self.bare else None,
+        self.rows.append({"name": name, "tokens_per_s": rate,
+                          "ratio_to_bare": rate / self.bare if self.bare and not train else None,
                           "tflops": flops / 1e12, "projected_hours_33M": hours, "projection_basis": PROJECTION_BASIS})
         return rate
 
