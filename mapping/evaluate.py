@@ -32,11 +32,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from sciencemap.config import comma_floats, setting
-from sciencemap.contracts import FILE_STATUSES
+from sciencemap.contracts import EDGES_META_KEY, FILE_STATUSES
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
-from sciencemap.storage import dataset, write_text_atomic
+from sciencemap.storage import dataset, read_json_metadata, write_text_atomic
 from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
@@ -366,6 +366,25 @@ def files_section(s: dict) -> list[str]:
     return lines
 
 
+def knn_section(s: dict) -> list[str]:
+    """The kNN graph's search: index, recall@k on its own sample and how nprobe / ef_search was chosen."""
+    lines = [f"- {s.get('papers', 0):,} papers, k = {s.get('k')}, {s.get('edges', 0):,} edges; index {s.get('index')} "
+             f"on the {'GPU' if s.get('gpu') else 'CPU'}"]
+    if s.get("index") == "flat":
+        return lines + ["- exact search: every list is the true k nearest"]
+    lines.append(f"- recall@{s.get('k')} {_fmt(s.get('recall_at_k'))} against exact search on "
+                 f"{s.get('recall_queries')} seeded queries (target {s.get('target_recall')})")
+    t = s.get("tuning") or {}
+    param = t.get("param")
+    if not t.get("tuned"):
+        return lines + [f"- {param} {t.get('value')} as configured (not tuned)"]
+    lines += [f"- {param} {t['value']}: the first value whose recall on another {t['sample_queries']} seeded queries "
+              f"reached the target (exact search {t['exact_ms_per_query']} ms a query there):", ""]
+    lines += _table([param, "sample recall", "ms a query"],
+                    [[st[param], st["recall"], st["ms_per_query"]] for st in t["steps"]])
+    return lines
+
+
 def importance_section(s: dict) -> list[str]:
     lines: list[str] = []
     table = next((v for v in s.values() if isinstance(v, list) and v and isinstance(v[0], dict) and "feature" in v[0]), None)
@@ -438,6 +457,12 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
         tl, info = train_section(layout.train_log)
         metrics["training"] = info
         lines += ["## Training", ""] + tl + [""]
+
+    edges = layout.table("edges")
+    if edges.exists():
+        s = read_json_metadata(edges, EDGES_META_KEY)
+        metrics["knn"] = s
+        lines += ["## kNN graph", ""] + knn_section(s) + [""]
 
     t1 = time.perf_counter()
     mesh = mesh_evaluation(papers, clusters, vector_ids, cfg)

@@ -8,6 +8,7 @@ run's model (`[embed] model = "<map run>/model"`), then:
 1. the new papers' vectors (their run's vector store, converted from its embeddings),
 2. their k nearest papers on the map: the knn stage's search (mapping.knn: exact below
    `exact_below` map papers, IVF-SQ8 with exact re-ranking above) over the map run's vector store,
+   with the map graph's index settings and its tuned nprobe (mapping.knn.map_search_config),
 3. a topic each: the map topic with the largest summed similarity among those neighbours (papers
    whose topic is not on the map do not vote); a paper none of whose neighbours is in a map topic
    is left unplaced, with the reason,
@@ -32,14 +33,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sciencemap.config import setting
+from sciencemap.contracts import EDGES_META_KEY
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError, rss_mb
-from sciencemap.storage import read_table, require_dir, write_table_atomic
+from sciencemap.storage import read_json_metadata, read_table, require_dir, write_table_atomic
 from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
 
 from mapping.io import cluster_labels, load_row_meta
-from mapping.knn import INDEXES, KnnConfig, make_plan, make_searcher
+from mapping.knn import INDEXES, KnnConfig, make_plan, make_searcher, map_search_config, tune
 from mapping.layout import LocalLayout
 from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories
 
@@ -118,12 +120,20 @@ def load_map(layout: RunLayout, n: int) -> MapState:
     return MapState(lay, extra, clusters, res, topic_of_row)
 
 
-def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceConfig, exclude: np.ndarray):
-    """Topic, position, vote share and nearest similarity of each row of the new store."""
+def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceConfig, exclude: np.ndarray,
+                  knn_meta: dict | None = None):
+    """Topic, position, vote share and nearest similarity of each row of the new store. `knn_meta`:
+    the map's kNN graph summary, whose index settings and tuned nprobe / ef_search the search reuses."""
     n_new, dim = Q_store.shape
-    kcfg = KnnConfig(k=cfg.k, index=cfg.index, exact_below=cfg.exact_below, block_size=cfg.block_size, gpu=cfg.gpu)
+    kcfg = map_search_config(knn_meta or {}, KnnConfig(k=cfg.k, index=cfg.index, exact_below=cfg.exact_below,
+                                                       block_size=cfg.block_size, gpu=cfg.gpu), X_map.shape[0], dim)
     plan = make_plan(kcfg, X_map.shape[0], dim)
     searcher, build_s = make_searcher(X_map, plan, kcfg)
+    search = {"index": plan.kind}
+    if plan.param:
+        tuning = tune(searcher, X_map, plan, kcfg)
+        search[plan.param] = tuning["value"]
+        search["search_from"] = "tuned here" if tuning["tuned"] else "the map's kNN graph"
     k = min(cfg.k, plan.n)
     topic = np.full(n_new, -1, np.int64)
     share = np.zeros(n_new, np.float32)
@@ -143,7 +153,7 @@ def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceCo
             if len(ok):
                 xy[lo + ok] = state.layout.place(Q[ok], t[ok], ids[lo:hi][ok])
             prog.advance(hi - lo)
-    return topic, share, nearest, xy, {"index": plan.kind, "index_build_s": round(build_s, 3)}
+    return topic, share, nearest, xy, {**search, "index_build_s": round(build_s, 3)}
 
 
 def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
@@ -159,7 +169,9 @@ def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
     ids = new_vec.ids()
     # an Arrow hash lookup: np.isin on object arrays compares every pair (hours at 1M × 1M)
     on_map = pc.is_in(new_vec.ids_arrow(), value_set=vec.ids_arrow()).to_numpy(zero_copy_only=False)
-    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, on_map)
+    edges = layout.table("edges")
+    knn_meta = read_json_metadata(edges, EDGES_META_KEY) if edges.exists() else {}
+    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, on_map, knn_meta)
     reason = np.full(len(ids), None, dtype=object)
     reason[on_map] = "already on the map"
     reason[(topic < 0) & ~on_map] = "no neighbour in a map topic"

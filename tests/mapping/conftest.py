@@ -114,3 +114,25 @@ def _generated_topics(n: int, seed: int = 0, words_per_title: tuple[int, int] = 
 def generated_topics():
     """generated_topics(n, seed=0, words_per_title=(6, 28)) -> (topics DataFrame, examples: 3 titles per topic)"""
     return _generated_topics
+
+
+@pytest.fixture(scope="session")
+def real_vectors(pubmed_records) -> tuple[list[str], np.ndarray]:
+    """(ids, vectors) of real papers: the shipped MiniLM's mean-pooled vectors (max_length 64) of the
+    800 PubMed titles and abstracts of the sample's train file. Real embeddings are harder for approximate search
+    than generated clusters: the kNN tuning is tested on these."""
+    from encoders.embed.forward import embed_texts
+    from encoders.model import load_encoder, paper_text
+
+    papers = pubmed_records(800)
+    enc = load_encoder("minilm", "mean", max_length=64, device="cpu")
+    X = embed_texts(enc, [paper_text(p["title"], p["abstract"]) for p in papers], precision="float32")
+    return [p["paper_id"] for p in papers], X
+
+
+@pytest.fixture
+def real_vector_run(tmp_path, real_vectors) -> RunLayout:
+    """A run whose embeddings are real_vectors (no papers table: the knn stage reads only embeddings)."""
+    layout = RunLayout(tmp_path / "real")
+    _write_embeddings(layout, *real_vectors)
+    return layout

@@ -10,6 +10,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
+from mapping.knn import KnnConfig, run_knn
 from mapping.layout import LocalLayout
 from mapping.place import PlaceConfig, majority_topic, run_place, vote_topics
 from mapping.render import RenderConfig, run_render
@@ -76,6 +77,13 @@ def test_new_papers_land_in_the_topic_of_their_cluster_without_moving_the_map(tm
     assert layout.map_png.read_bytes() != old_png
     arr = np.asarray(Image.open(layout.map_png).convert("RGB"))[30:, :280].reshape(-1, 3).astype(int)
     assert ((arr[:, 0] > 180) & (arr[:, 1] < 80) & (arr[:, 2] < 80)).sum() > 0
+
+    # an approximate search on the map: the map graph's tuned nprobe is reused, not tuned again
+    knn = run_knn(KnnConfig(k=10, index="ivf_sq8", recall_queries=100), layout)
+    s = run_place(PlaceConfig(new=str(new.root), k=10, index="ivf_sq8", redraw=False), layout)
+    assert s["index"] == "ivf_sq8" and s["nprobe"] == knn["nprobe"] and s["search_from"] == "the map's kNN graph"
+    got = read_table(layout.table("placed")).to_pandas()["cluster"].to_numpy()[:60]
+    assert (got == tn).mean() >= 0.95
 
 
 def test_place_needs_a_rendered_map_and_matching_vectors(tmp_path, make_run):
