@@ -13,6 +13,13 @@ k-means on the GPU, codes on the GPU, exact re-ranking on the CPU) is run and it
 
 A verdict line per check (met, MISSED, or not checked with the reason): FAISS sees a GPU, both
 runs on the devices asked for, the exact neighbour lists the same, the IVF recall >= --target-recall.
+Then the scale part (--scale-n generated --scale-dim vectors, default 2,000,000 x 768; 0 = skip): the
+exact search with the database resident on the GPU(s) (a check: not streamed) and the GPU IVF with
+its tuned nprobe, each with queries/s and the time 33M papers would take, printed as a projection
+with its basis (exact: queries x database rows, so the measured time x (33M / n)^2; IVF at the same
+nprobe: queries x codes scanned, codes per query growing as sqrt(n), so x (33M / n)^1.5). Figures
+also in --json.
+
 Exit code 0 when all hold. On a machine where FAISS sees no GPU (faiss-cpu, no CUDA device or
 driver) it FAILS (exit 1): that check is MISSED and the others not checked, with the reason; it
 never falls back to the CPU. --no-fail prints the same lines and exits 0.
@@ -48,6 +55,41 @@ def edges_lists(layout, n: int):
     return np.split(dst, cuts), np.split(sim, cuts)
 
 
+RESIDENT = "exact search at scale: the database resident on the GPU(s), not streamed"
+AT_SCALE = 33e6
+
+
+def scale(a, tmp: Path, verdicts: Verdicts) -> None:
+    """Exact (resident) and IVF searches on the GPU at --scale-n vectors: queries/s and projections."""
+    import json
+
+    from sciencemap.layout import RunLayout
+    from mapping.knn import KnnConfig, run_knn
+
+    layout = RunLayout(tmp / "scale")
+    generate(layout.root, a.scale_n, a.scale_dim, 20, 2000, 48, 0.6, 0.35, seed=1, shard=100_000)
+    n, figures = a.scale_n, {}
+    for name, cfg, growth, basis in (
+            ("exact (flat, resident)", KnnConfig(k=a.k, index="flat", gpu="require"), 2.0,
+             "exact search costs queries x database rows: measured search s x (33M / n)^2"),
+            ("ivf_sq8 (tuned nprobe)", KnnConfig(k=a.k, index="ivf_sq8", gpu="require", exact_below=0), 1.5,
+             "queries x codes scanned at the same nprobe, codes a query growing as sqrt(n): measured search s "
+             "x (33M / n)^1.5; the tuned nprobe at 33M may differ")):
+        s = run_knn(cfg, layout)
+        qps = n / s["search_s"]
+        projected_h = s["search_s"] * (AT_SCALE / n) ** growth / 3600
+        extra = (f"storage {s.get('gpu_storage')}" if cfg.index == "flat" else
+                 f"nlist {s['nlist']}, nprobe {s['nprobe']}, recall@{s['k']} {s['recall_at_k']}")
+        print(f"{name}, {n:,} x {a.scale_dim}: build {s['build_s']} s, search {s['search_s']} s, "
+              f"{qps:,.0f} queries/s ({extra}); 33M papers: {projected_h:.2f} h, projected (basis: {basis})", flush=True)
+        figures[name] = {"summary": s, "queries_per_s": qps, "projected_hours_33M": projected_h,
+                         "projection_basis": basis}
+        if cfg.index == "flat":
+            verdicts.check(RESIDENT, s.get("gpu_storage") in ("float32", "float16"), f"storage {s.get('gpu_storage')}")
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2, default=str))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", type=Path, help="a run directory with embeddings (default: generated vectors)")
@@ -57,6 +99,9 @@ def main() -> int:
     ap.add_argument("--tie", type=float, default=1e-5, help="similarity gap under which a swap is a tie")
     ap.add_argument("--target-recall", "--min-recall", dest="min_recall", type=float, default=0.95,
                     help="GPU ivf_sq8 recall@k must reach this")
+    ap.add_argument("--scale-n", type=int, default=2_000_000, help="vectors of the scale part (0: skip it)")
+    ap.add_argument("--scale-dim", type=int, default=768)
+    ap.add_argument("--json", type=Path, help="also write the scale figures here")
     Verdicts.add_arguments(ap)
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -78,6 +123,7 @@ def main() -> int:
         for name in (DEVICES, SAME):
             verdicts.not_checked(name, "FAISS sees no GPU: nothing was compared")
         verdicts.not_checked(recall_name, "FAISS sees no GPU: nothing was compared", f">= {a.min_recall:.4f}")
+        verdicts.not_checked(RESIDENT, "FAISS sees no GPU: nothing was searched")
         return verdicts.finish(a.no_fail)
     verdicts.check(SEES_GPU, True, f"{gpu_count()} GPU(s)")
 
@@ -97,6 +143,7 @@ def main() -> int:
             verdicts.check(DEVICES, False, f"run_knn refused: {e}")
             verdicts.not_checked(SAME, "the GPU run did not finish")
             verdicts.not_checked(recall_name, "the GPU run did not finish", f">= {a.min_recall:.4f}")
+            verdicts.not_checked(RESIDENT, "the GPU run did not finish")
             return verdicts.finish(a.no_fail)
         n = cpu["papers"]
         verdicts.check(DEVICES, gpu["gpu"] and not cpu["gpu"], f"cpu run gpu={cpu['gpu']}, gpu run gpu={gpu['gpu']}")
@@ -127,6 +174,10 @@ def main() -> int:
         print(f"GPU ivf_sq8 (nlist {ivf['nlist']}, nprobe {ivf['nprobe']}): recall@{ivf['k']} {ivf['recall_at_k']} "
               f"on {ivf['recall_queries']} queries, build {ivf['build_s']} s, search {ivf['search_s']} s", flush=True)
         verdicts.at_least(recall_name, ivf["recall_at_k"], a.min_recall, "{:.4f}")
+        if a.scale_n:
+            scale(a, tmp, verdicts)
+        else:
+            verdicts.not_checked(RESIDENT, "--scale-n 0: the scale part was skipped")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return verdicts.finish(a.no_fail)

@@ -1,5 +1,6 @@
 """The knn stage with gpu = "require" (FAISS GPU indexes) gives the CPU's exact neighbour lists on
-the GPU-embedded sample, ties aside."""
+the GPU-embedded sample, ties aside, with the database resident on the GPU (added in tiles); the
+GPU IVF tunes nprobe to the target like the CPU's."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,12 +34,15 @@ def test_knn_on_the_gpu_matches_the_cpu(tmp_path, make_gpu_run, gpu_model):
     run_embed(EmbedConfig(model=str(gpu_model), device="cuda", max_length=128), run)
     cpu = run_knn(KnnConfig(k=20, index="flat", gpu="never"), run)
     src_c, dst_c, sim_c = neighbour_lists(run)
-    gpu = run_knn(KnnConfig(k=20, index="flat", gpu="require"), run)
+    gpu = run_knn(KnnConfig(k=20, index="flat", gpu="require", db_block=97), run)   # uploaded in tiles of 97 rows
     src_g, dst_g, sim_g = neighbour_lists(run)
     assert gpu["gpu"] is True and cpu["gpu"] is False and gpu["edges"] == cpu["edges"]
+    assert gpu["gpu_storage"] == "float32"              # 300 x 384 fits: float32, resident
     assert np.array_equal(src_c, src_g)
     differ = dst_c != dst_g
     # every differing slot holds the same similarity on both devices (a tie swap), within TIE
     assert np.abs(sim_c - sim_g).max() <= TIE
     print(f"{cpu['edges']} edges, {int(differ.sum())} slots swapped within ties")
     assert differ.mean() < 0.01
+    ivf = run_knn(KnnConfig(k=20, index="ivf_sq8", gpu="require", target_recall=0.95, recall_queries=200), run)
+    assert ivf["gpu"] is True and ivf["tuning"]["tuned"] and ivf["tuning"]["steps"][-1]["recall"] >= 0.95
