@@ -14,7 +14,8 @@
    --queries sampled queries, before and after the stage (the mean is used); the exact time for the
    whole graph is a projection, N / (queries/s), printed and written (JSON "projected_exact_s" with
    its "projection_basis") as one — a full exact run is not made.
-3. The knn stage itself (index auto → IVF-SQ8 with re-ranking at this size: mapping.knn.run_knn
+3. The knn stage itself (index auto → on a CPU hnsw_sq8 with re-ranking at this size, ef_search tuned to
+   the recall target; --index ivf_sq8 for IVF: mapping.knn.run_knn
    with the [knn] settings written to knn.toml) in a child process: wall time, peak RSS (the child's
    VmHWM), recall@k from the edges metadata (the stage measures it against exact tiled products over the same vectors).
 4. Kill and resume: the stage again in a child, SIGKILLed once a random number of query blocks is
@@ -245,9 +246,12 @@ def main() -> int:
     print()
     print(f"vectors: {a.n:,} x {a.dim}, raw float32 {raw / 2**30:.2f} GiB; k = {a.k}")
     print(f"reference: exact search of all {a.n:,} queries {exact_s:,.0f} s, projected (basis: {basis})")
-    print(f"knn stage: index {meta.get('index')} (nlist {meta.get('nlist')}, nprobe {meta.get('nprobe')}, "
+    param = (meta.get("tuning") or {}).get("param")
+    setting = f"{param} {meta.get(param)}" + (f" of nlist {meta.get('nlist')}" if meta.get("nlist") else "")
+    print(f"knn stage: index {meta.get('index')} ({setting}, "
           f"rerank x{meta.get('rerank_factor')}, store {meta.get('vector_dtype')}), "
-          f"{r['seconds']:,.0f} s wall (build {meta.get('build_s')} s, search {meta.get('search_s')} s, "
+          f"{r['seconds']:,.0f} s wall (build {meta.get('build_s')} s, tune {meta.get('tune_s')} s, "
+          f"search {meta.get('search_s')} s, "
           f"recall check {meta.get('recall_s')} s), edges {meta.get('edges'):,}")
     print(f"  peak RSS {r['peak'] / 2**30:.2f} GiB = {ratio:.2f}x raw float32 vectors; recall@{meta.get('k')} measured "
           f"on {meta.get('recall_queries')} queries", flush=True)

@@ -2,32 +2,36 @@
 
 The vectors come from the run's vector store (sciencemap.vectors: a memory-mapped matrix of unit
 rows, float32 or float16), so inner product = cosine and no copy of the matrix is ever made. The
-search runs query block by query block; memory is bounded by one block (plus the IVF codes).
+search runs query block by query block; memory is bounded by one block (plus the index's codes).
 
-Index (`index`, auto picks by size):
-- flat: exact search, tiled: query blocks × database tiles of `db_block` rows, each tile an
-  IndexFlatIP, the tiles' top lists merged (faiss.ResultHeap). With n ≤ db_block it is one
-  IndexFlatIP over all vectors, as before (the demo's edges are unchanged).
-- ivf_sq8 (large corpora): IVF with 8-bit scalar-quantised codes (a quarter of float32), then the
-  top rerank_factor·(k+1) candidates of each query re-ranked by exact dot products gathered from
-  the memory map, so recall stays high while memory is ~codes + one block. ivf_pq: product-quantised
-  codes (pq_m bytes a vector), same re-ranking. ivf_flat: full float32 copy in the index (memory!).
-  Trained on a seeded sample of train_per_list points per list.
-- GPU: when FAISS sees one (gpu = auto) the same indexes run on it (index_cpu_to_all_gpus); the
-  code path is one for faiss-cpu and faiss-gpu (requirements-gpu.txt, `make install-gpu`).
+Index (`index`, auto picks by size and device):
+- flat (below exact_below): exact search. CPU: query blocks × database tiles of `db_block` rows,
+  the tiles' top lists merged (faiss.ResultHeap); with n ≤ db_block one IndexFlatIP (the demo's
+  edges are unchanged). GPUs: the database resident, one GpuIndexFlatIP per GPU (float32, else
+  float16), tiles streamed only when it does not fit.
+- hnsw_sq8 (auto above exact_below on a CPU): an HNSW graph over 8-bit codes; hnsw_flat over a
+  float32 copy (memory!). FAISS has no GPU HNSW.
+- ivf_sq8 (auto above exact_below on GPUs): IVF with 8-bit scalar-quantised codes; ivf_pq:
+  product-quantised codes (pq_m bytes a vector); ivf_flat: a float32 copy. Trained on a seeded
+  sample of train_per_list points per list.
+- Re-ranking (all but hnsw_flat): the top rerank_factor·(k+1) candidates of each query re-ranked
+  by exact dot products with rows of the memory map, on all cores (rerank), so the similarities
+  are exact while memory is ~codes + one block.
+
+Recall target: before the full search of an approximate index, nprobe / ef_search is raised along
+a schedule until recall@k on a seeded sample of queries reaches target_recall (tune); a value set
+in the settings is kept. The finished graph's recall@k is measured on another seeded sample: the
+exact top k by tiled matrix products over the memory map (NumPy/BLAS, no second index).
 
 Resumable, the faiss contrib big_batch_search pattern: each query block's (D, I) is written to
 `knn_work/blocks/` (one atomic file per block) next to `fingerprint.json` (vectors, k, index
-settings, seed, block size, device) and the trained/filled IVF index; a restarted stage skips the
-finished blocks and searches the same saved index. A changed fingerprint is refused (resume=False
-starts over). knn_work is removed once the edges table is written.
-
-Recall@k (every non-flat index): on `recall_queries` seeded query rows, the exact top k by tiled
-matrix products over the memory map (NumPy/BLAS, no second index), compared with the graph's lists.
+settings, seed, block size, device), the trained/filled index and the tuned value; a restarted
+stage skips the finished blocks and searches the same saved index with the same value. A changed
+fingerprint is refused (resume=False starts over). knn_work is removed once the edges are written.
 
 Output: `edges` (src, dst int32 vector-store rows, similarity float32, rank int16), directed,
 rank 1 = nearest, self-matches removed; part files per query-block range; the summary (index,
-recall@k, timings...) as JSON in each part's Parquet schema metadata (contracts.EDGES_META_KEY).
+tuning, recall@k, timings...) as JSON in each part's Parquet schema metadata (contracts.EDGES_META_KEY).
 """
 from __future__ import annotations
 
@@ -74,14 +78,14 @@ class KnnConfig:
     index: str = setting("auto", "flat = exact (tiled); ivf_sq8 / ivf_pq = IVF with compressed codes and exact "
                          "re-ranking; ivf_flat = IVF with a full float32 copy; hnsw_sq8 = HNSW graph over 8-bit "
                          "codes with exact re-ranking; hnsw_flat = HNSW over a float32 copy; auto = flat below "
-                         "exact_below vectors, ivf_sq8 above", choices=INDEXES)
+                         "exact_below vectors, above hnsw_sq8 on a CPU, ivf_sq8 on GPUs", choices=INDEXES)
     exact_below: int = setting(200_000, "auto: exact search below this many vectors")
     target_recall: float = setting(0.95, "approximate indexes: recall@k that a seeded sample of queries must reach "
                                    "before the full search; nprobe / ef_search are raised until it does (an "
                                    "unreachable target stops the stage with the best recall reached)")
     vector_dtype: str = setting("float32", "dtype of the vector store (float16 halves its size)",
                                 choices=VECTORS_DTYPES)
-    nlist: int = setting(0, "IVF lists; 0 = 2·sqrt(n) (at most n/39)")
+    nlist: int = setting(0, "IVF lists; 0 = 8·sqrt(n) (at most n/39)")
     nprobe: int = setting(0, "IVF lists visited per query; 0 = tuned to target_recall; > 0 = fixed (recall reported)")
     rerank_factor: int = setting(2, "approximate indexes: candidates per query = rerank_factor·(k+1), re-ranked "
                                  "by exact dot products")
@@ -168,19 +172,22 @@ def make_plan(cfg: KnnConfig, n: int, dim: int) -> Plan:
     if not 0 < cfg.target_recall <= 1:
         raise UserError(f"knn target_recall must be in (0, 1], got {cfg.target_recall}")
     kind = cfg.index
-    if kind == "auto":
-        kind = "flat" if n < cfg.exact_below else "ivf_sq8"
-    if kind not in INDEXES[1:]:
+    if kind not in INDEXES:
         raise UserError(f"knn index {cfg.index!r} is unknown; use one of {', '.join(INDEXES)}")
     gpu = use_gpu(cfg)
+    if kind == "auto":
+        # above exact_below: on 620k real MiniLM vectors (bench/knn_real.py, 2 cores) HNSW-SQ8 met
+        # recall@20 0.95 at several times IVF-SQ8's speed; FAISS has no GPU HNSW, so GPUs take IVF
+        kind = "flat" if n < cfg.exact_below else ("ivf_sq8" if gpu else "hnsw_sq8")
     if gpu and kind.startswith("hnsw"):
         log.info("knn: FAISS has no GPU HNSW; %s runs on the CPU", kind)
         gpu = False
     p = Plan(n=n, dim=dim, k=min(cfg.k, n - 1), kind=kind, gpu=gpu)
     if kind.startswith("ivf"):
-        # 2·sqrt(n) lists (the FAISS guideline's low end: fewer, larger lists need fewer probes for
-        # the same recall); nprobe is then tuned to the target on a sample
-        nlist = cfg.nlist or max(1, int(2 * math.sqrt(n)))
+        # 8·sqrt(n) lists: on 620k real MiniLM vectors the tuned search reached recall@20 0.96 at 0.59 ms
+        # a query with 6,300 lists (nprobe 128), against 1.0 ms with 3,150 and 1.6 ms with 1,575
+        # (bench/knn_real.py); nprobe is then tuned to the target on a sample
+        nlist = cfg.nlist or max(1, int(8 * math.sqrt(n)))
         p.nlist = max(1, min(nlist, n // 39))  # FAISS wants >= 39 training points per list
         if kind == "ivf_pq":
             p.pq_m = cfg.pq_m or max(1, dim // 8)
@@ -341,7 +348,9 @@ def _rerank_gathered(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int, threa
     nq, kc = I.shape
     D_out = np.full((nq, kq), -np.inf, np.float32)
     I_out = np.full((nq, kq), -1, np.int64)
-    step = max(1, min(256, GATHER_BYTES // max(1, kc * Q.shape[1] * 4)))
+    # 64 queries a chunk (8 MB of float32 rows at 768-d x 42): on 2 cores 1.5x faster than 256 a
+    # chunk (the converted rows stay in cache for the products; bench/rerank_speed.py)
+    step = max(1, min(64, GATHER_BYTES // max(1, kc * Q.shape[1] * 4)))
 
     def score(a: int) -> None:
         Ic = I[a:a + step]

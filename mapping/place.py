@@ -7,7 +7,7 @@ run's model (`[embed] model = "<map run>/model"`), then:
 
 1. the new papers' vectors (their run's vector store, converted from its embeddings),
 2. their k nearest papers on the map: the knn stage's search (mapping.knn: exact below
-   `exact_below` map papers, IVF-SQ8 with exact re-ranking above) over the map run's vector store,
+   `exact_below` map papers, an approximate index with exact re-ranking above) over the map run's vector store,
    with the map graph's index settings and its tuned nprobe (mapping.knn.map_search_config),
 3. a topic each: the map topic with the largest summed similarity among those neighbours (papers
    whose topic is not on the map do not vote); a paper none of whose neighbours is in a map topic
