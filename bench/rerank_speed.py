@@ -25,28 +25,14 @@ import numpy as np
 
 from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
-from mapping.knn import rerank
+from mapping.knn import _rerank_gathered, rerank
 from sciencemap.vectors import take_rows
 
 
 def per_row_rerank(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int):
-    """The earlier re-rank, kept here as the reference: take_rows (a pread per unique row) over all
-    candidates of a chunk, then the scores and the top kq, on the calling thread."""
-    nq, kc = I.shape
-    D_out = np.full((nq, kq), -np.inf, np.float32)
-    I_out = np.full((nq, kq), -1, np.int64)
-    step = max(1, (32 << 20) // max(1, kc * Q.shape[1] * 4))
-    for a in range(0, nq, step):
-        Ic = I[a:a + step]
-        valid = Ic >= 0
-        G = take_rows(X, np.where(valid, Ic, 0).ravel()).reshape(len(Ic), kc, -1)
-        S = np.matmul(G, Q[a:a + step, :, None])[:, :, 0]
-        S[~valid] = -np.inf
-        top = np.argsort(-S, axis=1, kind="stable")[:, :kq]
-        D_out[a:a + len(Ic), :top.shape[1]] = np.take_along_axis(S, top, axis=1)
-        I_out[a:a + len(Ic), :top.shape[1]] = np.where(np.take_along_axis(valid, top, axis=1),
-                                                         np.take_along_axis(Ic, top, axis=1), -1)
-    return D_out, I_out
+    """The earlier re-rank, the reference: take_rows (a pread per unique row in a Python loop) over
+    the candidates of chunks of 32 MB of float32 rows, scored on the calling thread."""
+    return _rerank_gathered(X, Q, I, kq, threads=1, gather=take_rows, step=1 << 30)
 
 
 def store(work: Path, n: int, dim: int, dtype: str) -> np.ndarray:

@@ -344,18 +344,21 @@ def _rerank_in_place(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int, threa
     return D_out, I_out
 
 
-def _rerank_gathered(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int, threads: int):
+def _rerank_gathered(X: np.ndarray, Q: np.ndarray, I: np.ndarray, kq: int, threads: int,
+                     gather: Callable[[np.ndarray, np.ndarray], np.ndarray] = gather_rows, step: int = 64):
+    """Candidates gathered `step` queries at a time (by `gather`: bulk through the map; the bench
+    passes take_rows, the earlier per-row reads) and scored in `threads` threads."""
     nq, kc = I.shape
     D_out = np.full((nq, kq), -np.inf, np.float32)
     I_out = np.full((nq, kq), -1, np.int64)
     # 64 queries a chunk (8 MB of float32 rows at 768-d x 42): on 2 cores 1.5x faster than 256 a
     # chunk (the converted rows stay in cache for the products; bench/rerank_speed.py)
-    step = max(1, min(64, GATHER_BYTES // max(1, kc * Q.shape[1] * 4)))
+    step = max(1, min(step, GATHER_BYTES // max(1, kc * Q.shape[1] * 4)))
 
     def score(a: int) -> None:
         Ic = I[a:a + step]
         valid = Ic >= 0
-        G = gather_rows(X, np.where(valid, Ic, 0).ravel()).reshape(len(Ic), kc, -1)
+        G = gather(X, np.where(valid, Ic, 0).ravel()).reshape(len(Ic), kc, -1)
         S = np.matmul(G, Q[a:a + step, :, None])[:, :, 0]
         S[~valid] = -np.inf
         top = np.argsort(-S, axis=1, kind="stable")[:, :kq]
