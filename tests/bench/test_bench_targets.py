@@ -220,3 +220,36 @@ def test_embed_throughput_misses_when_the_forward_cannot_compile(repo_root):
     for precision in ("float32", "bfloat16"):
         assert "InvalidCxxCompiler" in verdict(p, f"{precision}: the torch.compile forward compiled", "MISSED")
     assert summary(p) == (2, 0, 1)
+
+
+def test_rerank_speed_misses_an_unreachable_speedup(repo_root, tmp_path):
+    p = bench(repo_root, "rerank_speed.py", "--n", 4000, "--dim", 64, "--queries", 600, "--rounds", 1,
+              "--work", tmp_path, "--target-speedup", 1e6)
+    assert p.returncode == 1, p.stderr[-3000:]
+    for dtype in ("float32", "float16"):
+        verdict(p, f"{dtype}: both re-ranks give the same lists (ties aside)", "met")
+        verdict(p, f"{dtype}: bulk re-rank / per-row reads, time a query", "MISSED", ">= 1000000.00x")
+    assert summary(p) == (2, 0, 1)
+
+
+def test_knn_real_checks_a_runs_recall_against_an_independent_exact_search(repo_root, tmp_path):
+    """--run: the stage's recall@k beside an independent exact search; a target out of reach is MISSED."""
+    import numpy as np
+
+    from mapping.knn import KnnConfig, run_knn
+    from sciencemap.contracts import embeddings_schema
+    from sciencemap.layout import RunLayout
+
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(8, 24))[rng.integers(0, 8, 1200)] + 0.5 * rng.normal(size=(1200, 24))).astype(np.float32)
+    layout = RunLayout(tmp_path / "r")
+    layout.embeddings_dir.mkdir(parents=True)
+    pq.write_table(pa.table({"paper_id": [f"p:{i}" for i in range(len(X))],
+                             "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 24)},
+                            schema=embeddings_schema(24)), layout.embeddings_dir / "part-00000.parquet")
+    s = run_knn(KnnConfig(k=10, index="ivf_sq8", recall_queries=300), layout)
+    p = bench(repo_root, "knn_real.py", "--run", layout.root, "--queries", 400, "--target-recall", 1.01)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "the stage's recall@10", "MISSED", ">= 1.0100")
+    line = verdict(p, "|the stage's recall - independent exact search's|", "met", "<= 0.0100")
+    assert f"the stage's {s['recall_at_k']} on 300 queries" in p.stdout, (line, p.stdout)
