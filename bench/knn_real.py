@@ -99,8 +99,6 @@ from knn_scale import child, vm_hwm  # bench/knn_scale.py; a script's own folder
 from verdicts import Verdicts
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_CACHE = Path.home() / ".cache" / "sciencemap" / "knn_real"
