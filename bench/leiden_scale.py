@@ -32,6 +32,11 @@ stage's capped loop (identical?), how many iterations until stable, whether a fi
 the same partition, and the quality gap after N iterations; a verdict line per resolution: the
 stage's loop gives the until-stable partition.
 
+Parallel mode (--parallel): on the generated graph, the stage with the default resolutions one
+after another (workers 1) and with --workers (0 = cores) forked workers sharing the graph; the
+sweeps' wall times and their ratio (target >= --target-parallel, 1.7 on 2 cores) and a check that
+the two clusters tables are identical.
+
 The exit code is 1 when any target is missed or not checked (--no-fail: 0).
 """
 from __future__ import annotations
@@ -237,6 +242,41 @@ def scale(args, verdicts: Verdicts) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def parallel(args, verdicts: Verdicts) -> None:
+    """The cluster stage's resolution sweep one after another (workers 1) and in parallel (workers =
+    cores, or --workers) on the same generated graph: wall time of the sweeps and identical tables."""
+    import os
+
+    from mapping.cluster import DEFAULT_RESOLUTIONS, ClusterConfig, run_cluster
+    from sciencemap.storage import read_table
+
+    root = Path(tempfile.mkdtemp(prefix="leiden_parallel_", dir=args.tmp))
+    try:
+        src, dst, sim, ncomm = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
+        layout = write_run(root / "run", src, dst, sim, args.nodes)
+        del src, dst, sim
+        workers = args.workers or os.cpu_count() or 1
+        print(f"generated {args.nodes:,} nodes, {args.edges:,} directed edges; resolutions {DEFAULT_RESOLUTIONS}, "
+              f"{args.iterations} iterations at most; {os.cpu_count()} cores", flush=True)
+        sweeps, tables = {}, {}
+        for label, w in (("one after another", 1), (f"{workers} workers", workers)):
+            s = run_cluster(ClusterConfig(resolutions=list(DEFAULT_RESOLUTIONS), min_cluster_size=args.min_size,
+                                          seed=args.seed, max_iterations=args.iterations, workers=w), layout)
+            sweeps[label] = s
+            tables[label] = read_table(layout.table("clusters"))
+            print(f"  {label}: sweep {s['sweep_s']:.1f} s wall, {s['total_cpu_s']:.1f} CPU s in all; clusters "
+                  f"{[r['clusters'] for r in s['resolutions']]}; Leiden s a resolution "
+                  f"{[r['leiden_s'] for r in s['resolutions']]}; peak RSS of this process {peak_mb():,.0f} MB",
+                  flush=True)
+        (a, sa), (b, sb) = sweeps.items()
+        speedup = sa["sweep_s"] / sb["sweep_s"]
+        print(f"  speed-up of the sweep: {sa['sweep_s']:.1f} / {sb['sweep_s']:.1f} s = {speedup:.2f}x", flush=True)
+        verdicts.check("parallel resolutions give the sequential clusters table", tables[a].equals(tables[b]))
+        verdicts.at_least(f"sweep speed-up, {b} / one after another", speedup, args.target_parallel, "{:.2f}x")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def ratio(a: float, b: float) -> float:
     """a / b; NaN when b is 0 (a tiny graph's CPU time can round to nothing)."""
     return a / b if b > 0 else float("nan")
@@ -309,6 +349,10 @@ def main() -> int:
     ap.add_argument("--target-merge", type=float, default=0.10, help="merge / Leiden CPU time, at most")
     ap.add_argument("--target-gap", type=float, default=0.5,
                     help="quality at the stage's iterations below until-stable, at most (percent)")
+    ap.add_argument("--parallel", action="store_true",
+                    help="instead: the default resolutions one after another and in parallel workers")
+    ap.add_argument("--workers", type=int, default=0, help="--parallel: workers (0 = cores)")
+    ap.add_argument("--target-parallel", type=float, default=1.7, help="--parallel: sweep speed-up, at least")
     Verdicts.add_arguments(ap)
     args = ap.parse_args()
     args.iterations_given = args.iterations is not None
@@ -319,6 +363,8 @@ def main() -> int:
     verdicts = Verdicts()
     if args.demo:
         demo(args, verdicts)
+    elif args.parallel:
+        parallel(args, verdicts)
     else:
         scale(args, verdicts)
     return verdicts.finish(args.no_fail)

@@ -22,7 +22,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
-from mapping.cluster import (ClusterConfig, Graph, build_graph, cluster_graph, leiden, load_graph,
+from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, build_graph, cluster_graph, leiden, load_graph,
                              merge_small_clusters, resolution_for_target, run_cluster)
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
@@ -337,5 +337,52 @@ def test_run_cluster_writes_all_resolutions_and_target(tmp_path, make_run):
 
 def test_resolution_bisection_hits_target(planted_graph):
     graph, _ = planted_graph
-    gamma, c = resolution_for_target(graph, 20, ClusterConfig(min_cluster_size=1), g=graph.igraph())
+    gamma, c, mem, info = resolution_for_target(graph, 20, ClusterConfig(min_cluster_size=1), g=graph.igraph())
     assert abs(c - 20) <= 2 and gamma > 0
+    assert int(mem.max()) + 1 == c == info["clusters"] and info["resolution"] == gamma
+
+
+def test_speculative_bisection_walks_the_sequential_path(planted_graph):
+    """Three workers probe two bisection levels at once; the probes on the path taken are those of
+    the plain bisection, so the γ, the count and the partition are the same."""
+    graph, _ = planted_graph
+    cfg = ClusterConfig(min_cluster_size=1)
+    g = graph.igraph()
+    # a target the bisection cannot meet within tolerance: every step runs, both ways
+    one = resolution_for_target(graph, 23, cfg, g=g, rel_tol=0.0, max_steps=7)
+    with LeidenRuns(graph, g, cfg, 3) as runs:
+        three = resolution_for_target(graph, 23, cfg, rel_tol=0.0, max_steps=7, runs=runs)
+    assert three[:2] == one[:2]
+    assert np.array_equal(three[2], one[2])
+
+
+def test_parallel_resolutions_give_the_sequential_partitions(tmp_path, make_run):
+    """Resolutions in forked workers sharing the graph: the same clusters table, part by part, as
+    one after another (each resolution seeds its own Leiden)."""
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    res = [0.003, 0.01, 0.03, 0.1]
+    one = run_cluster(ClusterConfig(resolutions=res, workers=1, target_topics=12), layout)
+    want = read_table(layout.table("clusters"))
+    two = run_cluster(ClusterConfig(resolutions=res, workers=2, target_topics=12), layout)
+    got = read_table(layout.table("clusters"))
+    assert got.equals(want)
+    assert two["target_topics"]["resolution"] == one["target_topics"]["resolution"]
+    res = sorted(res + [one["target_topics"]["resolution"]])
+    assert [r["resolution"] for r in two["resolutions"]] == res and all(r["workers"] == 2 for r in two["resolutions"])
+    assert two["workers"] == 2 and one["workers"] == 1
+    assert [r["clusters"] for r in two["resolutions"]] == [r["clusters"] for r in one["resolutions"]]
+    assert two["total_cpu_s"] > 0
+
+
+def test_worker_count_follows_cores_resolutions_and_memory(monkeypatch):
+    import mapping.cluster as mc
+
+    monkeypatch.setattr(mc, "available_memory", lambda: 64 * 2**30)
+    assert mc.worker_count(ClusterConfig(workers=8), 5, 1_000_000)[0] == 5        # no more than resolutions
+    assert mc.worker_count(ClusterConfig(workers=3), 5, 1_000_000)[0] == 3
+    # 100M edges at LEIDEN_BYTES_PER_EDGE each: 64 GiB holds 7 such workers
+    assert mc.worker_count(ClusterConfig(workers=16), 16, 100_000_000)[0] == 64 * 2**30 // (100_000_000 * 96)
+    monkeypatch.setattr(mc, "available_memory", lambda: 1 * 2**30)
+    n, why = mc.worker_count(ClusterConfig(workers=4), 5, 100_000_000)
+    assert n == 1 and "memory" in why
