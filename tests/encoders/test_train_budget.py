@@ -14,6 +14,7 @@ from encoders.config import TrainConfig
 from encoders.objectives.triplet_table import open_tokens, sample_anchors
 from encoders.train import read_log, run_train
 from encoders.train_budget import PLAN
+from mapping.evaluate import train_section
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.runtime import UserError
 
@@ -62,6 +63,11 @@ def test_token_budget_plans_the_steps_on_a_sample(tmp_path, sixty_run):
     # the schedule is the one for the planned length: linear decay to lr / (steps - warm-up) at the last step
     lrs = [r["lr"] for r in log if r["kind"] == "train"]
     assert lrs[-1] == pytest.approx(cfg.lr / (expected - int(cfg.warmup_ratio * expected)))
+    # ... and the report's training section says so
+    lines, info = train_section(layout.train_log)
+    assert info["steps_read"]["tokens_seen"] == t["tokens_seen"]
+    assert f"- steps: {expected} planned by max_tokens; read {t['triplets_seen']} triplets" in "\n".join(lines)
+    assert "a seeded sample of the 60 available" in "\n".join(lines)
 
 
 def test_sample_is_seeded_whole_anchors_spread_over_the_table():
