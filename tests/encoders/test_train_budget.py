@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -97,6 +98,20 @@ def test_max_hours_plans_from_a_measured_step_time(tmp_path, sixty_run):
     assert card(layout)["training"]["seconds_per_step"] == t["seconds_per_step"]
     assert json.loads((layout.train_tokens_dir / PLAN).read_text())["seconds_per_step"] == t["seconds_per_step"]
     assert not (layout.train_tokens_dir / "probe").exists()
+
+
+def test_steps_slower_than_measured_meet_the_wall_clock_stop(tmp_path, sixty_run):
+    """The hard stop behind max_hours: a run held up after its first step (a slower node) ends
+    at the next check, validated and saved, and says so."""
+    layout = sixty_run(tmp_path / "slow")
+    cfg = TrainConfig(**SMALL, epochs=20, max_hours=0.002)
+    hold_up = lambda step: time.sleep(cfg.max_hours * 3600 * 1.2) if step == 1 else None  # noqa: E731
+    summary = run_train(cfg, layout, after_step=hold_up)
+    t = card(layout)["training"]
+    assert t["budget_stopped"] and t["steps_done"] == summary["steps"] == 2 < t["planned_steps"]
+    assert t["triplets_seen"] == 2 * cfg.batch_size
+    assert [r["step"] for r in read_log(layout.train_log) if r["kind"] == "val"] == [0, 2]
+    assert summary["val_after"] is not None and (layout.model_dir / "model.safetensors").is_file()
 
 
 class Crash(Exception):
