@@ -7,7 +7,9 @@ Arrow files: encoders.objectives.triplet_table), takes each rank's micro-batches
 schedule, processes, checkpoints (encoders.checkpoints) and export (encoders.export). Step losses
 stay on the device until a log line (one synchronisation per `log_every` steps). The default
 objective is the triplet margin loss on L2 distance. Defaults are the seed recipe: AdamW lr 2e-5,
-batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear decay, max_length 256. On CUDA:
+batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear decay, max_length 256; a budget
+(max_tokens, max_hours: encoders.train_budget) fixes fewer steps before the first, on a seeded
+sample of the triplets when that is less than one pass. On CUDA:
 bf16 autocast, SDPA attention (chosen at run time by encoders.model) and fused AdamW; opt-in
 torch.compile, gradient checkpointing and length buckets. Several processes: `torchrun
 --nproc_per_node=N -- jobs/train.py --run-dir ...` (DistributedDataParallel; nccl on CUDA, gloo on
