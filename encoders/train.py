@@ -238,7 +238,9 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
         _prepare_model(cfg, enc.model)
         plan = None
         if has_budget(cfg):
-            plan = plan_budget(cfg, layout, enc, dist, {k: getattr(cfg, k) for k in TRAJECTORY_FIELDS},
+            # what the plan depends on: the trajectory, and what sets the speed of a step
+            speed = {k: getattr(cfg, k) for k in (*TRAJECTORY_FIELDS, "compile", "gradient_checkpointing")}
+            plan = plan_budget(cfg, layout, enc, dist, {**speed, "device": str(enc.device)},
                                lambda probe: time_steps(cfg, objective, enc, dist, probe))
         data = _token_data(cfg, layout, enc, dist, plan["sample_triplets"] if plan else 0)
         n_train = len(data.train["a"])
@@ -255,8 +257,11 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
 
 def _plan_steps(cfg: TrainConfig, plan: dict | None, data: TripletTokens, world: int,
                 steps_per_epoch: int) -> dict:
-    """The planned steps and what set them: the epochs / max_steps plan, or a budget that allows fewer."""
-    by = {"max_steps" if cfg.max_steps else "epochs": cfg.max_steps or cfg.epochs * steps_per_epoch}
+    """The planned steps and what set them: the epochs / max_steps plan (over the whole table, also
+    when the data is a budget's sample), or a budget that allows fewer."""
+    sampled = plan is not None and plan["sample_triplets"]
+    by = {"max_steps" if cfg.max_steps else "epochs":
+          plan["steps_by_epochs"] if sampled else cfg.max_steps or cfg.epochs * steps_per_epoch}
     if plan:
         by.update(budget_steps(cfg, plan, data, world, steps_per_epoch))
     reason = min(by, key=by.get)   # the first of equals: the epochs plan when a budget allows as much

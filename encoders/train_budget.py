@@ -125,9 +125,9 @@ def plan_budget(cfg: TrainConfig, layout: RunLayout, enc, dist: Dist, settings: 
         budget.append(plan["steps_by_max_hours"])
     del probe
     dist.barrier()
-    sample = 0
-    if min(budget) < steps_per_epoch(available, cfg, dist.world):   # less than one pass: a sample
-        sample = math.ceil(min(budget) * per_step * SAMPLE_SPARE)
+    steps, sample = min(*budget, plan["steps_by_epochs"]), 0
+    if steps < steps_per_epoch(available, cfg, dist.world):   # less than one pass: a sample
+        sample = math.ceil(steps * per_step * SAMPLE_SPARE)
     plan["sample_triplets"] = sample if sample < available else 0
     if dist.main:
         shutil.rmtree(folder, ignore_errors=True)
