@@ -101,7 +101,8 @@ def main() -> None:
     print(f"ratio reference/ours: {ref / ours:.2f}")
     budget = TrainConfig(batch_size=B, grad_accum=A, max_hours=args.max_hours, max_tokens=args.max_tokens)
     steps = hours_steps(budget, ours)
-    print(f"max_hours={args.max_hours}: {steps} steps planned ({steps * per_step_triplets} triplets) at {ours:.2f} s/step")
+    print(f"max_hours={args.max_hours}: {steps} steps planned ({steps * per_step_triplets} triplets) "
+          f"at {ours:.2f} s/step")
     if tokens and args.max_tokens:
         steps = token_steps(budget, 1, tokens / len(texts))
         print(f"max_tokens={args.max_tokens}: {steps} steps planned ({steps * per_step_triplets} triplets) at "

@@ -136,8 +136,8 @@ def _sync(device: torch.device) -> None:
 
 def time_steps(cfg: TrainConfig, objective: Objective, enc: Encoder, dist: Dist, probe: TripletTokens) -> float:
     """Seconds per optimizer step on `probe` (the slowest rank's): PROBE_STEPS real steps after one
-    untimed, every rank at once but without DDP's all-reduce (the hard stop covers a slower run).
-    The steps are thrown away (weights, RNG restored), not kept as the first training steps: their
+    untimed, every rank at once but without DDP's all-reduce or torch.compile (the hard stop covers
+    a slower run). The steps are thrown away (weights, RNG restored), not kept as the first training steps: their
     learning rate would need the step count they serve to plan."""
     model = enc.model
     start_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
