@@ -2,10 +2,11 @@
 objective (encoders/objectives; micro-batch of B triplets, accumulation A, max_length L) on real PubMed texts, against a reference measured in the
 same run: the same forward/backward written directly against transformers + torch (no Encoder
 wrapper). Prints s/micro-batch, s/step, triplets/s, tokens/s and ratio reference/ours (>= 1:
-no overhead from the wrapper).
+no overhead from the wrapper), and the steps a training budget would plan from these figures
+(encoders.train_budget: --max-hours over the measured s/step, --max-tokens over tokens per step).
 
     nice -n 10 .venv/bin/python bench/train_step.py [--model minilm] [--batch 8] [--accum 4] [--max-length 256]
-        [--objective triplet|in_batch]
+        [--objective triplet|in_batch] [--max-hours 2] [--max-tokens N]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from encoders.config import TrainConfig
 from encoders.model import load_encoder, paper_text
 from encoders.objectives import OBJECTIVES, get_objective
 from encoders.objectives.base import TripletBatch
+from encoders.train_budget import hours_steps, token_steps
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
@@ -35,6 +37,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed optimizer steps per variant (after 1 warm-up micro-batch)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--objective", default="triplet", choices=OBJECTIVES)
+    ap.add_argument("--max-hours", type=float, default=2.0, help="the time budget to plan steps for")
+    ap.add_argument("--max-tokens", type=int, default=0, help="a token budget to plan steps for (0: none)")
     args = ap.parse_args()
 
     df = pd.read_csv(SAMPLE / "pubmed" / "train-data-small.csv.gz", usecols=["Title", "abstractText"])
@@ -95,6 +99,14 @@ def main() -> None:
     if tokens:
         print(f"tokens/s (ours): {tokens / args.steps / ours:.0f}")
     print(f"ratio reference/ours: {ref / ours:.2f}")
+    budget = TrainConfig(batch_size=B, grad_accum=A, max_hours=args.max_hours, max_tokens=args.max_tokens)
+    steps = hours_steps(budget, ours)
+    print(f"max_hours={args.max_hours}: {steps} steps planned ({steps * per_step_triplets} triplets) "
+          f"at {ours:.2f} s/step")
+    if tokens and args.max_tokens:
+        steps = token_steps(budget, 1, tokens / len(texts))
+        print(f"max_tokens={args.max_tokens}: {steps} steps planned ({steps * per_step_triplets} triplets) at "
+              f"{tokens / len(texts):.1f} tokens per paper")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ class TrainConfig:
     grad_accum: int = setting(4, "micro-batches per optimizer step")
     max_steps: int = setting(0, "optimizer steps; 0 = run `epochs` full passes")
     epochs: int = setting(2, "full passes over the train triplets when max_steps is 0")
+    max_tokens: int = setting(0, "token budget: at most this many paper tokens read (3 papers a triplet; 0 = "
+                              "none); fixes the steps before training, on a seeded sample of anchors when "
+                              "less than one pass (METHODS.md §4.5)")
+    max_hours: float = setting(0.0, "time budget: steps = this / the seconds per step measured on a probe "
+                               "before training (0 = none); the run stops hard 10% past it")
     warmup_ratio: float = setting(0.1, "share of the steps with a linear learning-rate warm-up")
     max_grad_norm: float = setting(1.0, "0 = no clipping")
     max_length: int = setting(256, "tokens per paper text (longer texts are cut)")

@@ -7,7 +7,9 @@ Arrow files: encoders.objectives.triplet_table), takes each rank's micro-batches
 schedule, processes, checkpoints (encoders.checkpoints) and export (encoders.export). Step losses
 stay on the device until a log line (one synchronisation per `log_every` steps). The default
 objective is the triplet margin loss on L2 distance. Defaults are the seed recipe: AdamW lr 2e-5,
-batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear decay, max_length 256. On CUDA:
+batch 8 x accumulation 4, 2 epochs, 10% linear warm-up then linear decay, max_length 256; a budget
+(max_tokens, max_hours: encoders.train_budget) fixes fewer steps before the first, on a seeded
+sample of the triplets when that is less than one pass. On CUDA:
 bf16 autocast, SDPA attention (chosen at run time by encoders.model) and fused AdamW; opt-in
 torch.compile, gradient checkpointing and length buckets. Several processes: `torchrun
 --nproc_per_node=N -- jobs/train.py --run-dir ...` (DistributedDataParallel; nccl on CUDA, gloo on
@@ -53,12 +55,15 @@ from encoders.export import plot_curve, save_model
 from encoders.model import Encoder, load_encoder
 from encoders.objectives import Objective, get_objective
 from encoders.objectives.triplet_table import TripletTokens, open_tokens, prepare_tokens
+from encoders.train_budget import (PROBE_STEPS, WALL_CLOCK_SLACK, budget_steps, check_budget, has_budget,
+                                   plan_budget, seen)
 from encoders.train_feed import RankSampler, micro_batches
 
 # Settings that change the training trajectory whatever the objective: a checkpoint is only
 # resumed when they, the objective's own settings (Objective.fields), the data and the world size match.
 TRAJECTORY_FIELDS = ("model", "pooling", "objective", "lr", "weight_decay", "batch_size", "grad_accum",
-                     "max_steps", "epochs", "warmup_ratio", "max_grad_norm", "max_length", "seed", "bucket_tokens")
+                     "max_steps", "epochs", "max_tokens", "max_hours", "warmup_ratio", "max_grad_norm", "max_length",
+                     "seed", "bucket_tokens")
 
 
 def _check(cfg: TrainConfig) -> None:
@@ -73,14 +78,16 @@ def _check(cfg: TrainConfig) -> None:
         raise UserError(f"train setting warmup_ratio={cfg.warmup_ratio} must be in [0, 1)")
     if cfg.lr <= 0:
         raise UserError(f"train setting lr={cfg.lr} must be positive")
+    check_budget(cfg)
 
 
-def fingerprint(cfg: TrainConfig, objective: Objective, enc: Encoder, world: int, data_digest: str) -> str:
+def fingerprint(cfg: TrainConfig, objective: Objective, enc: Encoder, world: int, data_digest: str,
+                steps: int) -> str:
     """Identifies a training trajectory: settings (the objective's included), base model, data
-    (the train triplets and their order), processes."""
+    (the train triplets and their order), processes, planned steps (a budget's depend on a measurement)."""
     return hashlib.sha256(json.dumps(
         [{k: getattr(cfg, k) for k in TRAJECTORY_FIELDS}, objective.settings(), str(enc.path), enc.max_length,
-         world, data_digest], default=str).encode()).hexdigest()[:16]
+         world, data_digest, steps], default=str).encode()).hexdigest()[:16]
 
 
 def read_log(path: Path) -> list[dict]:
@@ -104,14 +111,78 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _token_data(cfg: TrainConfig, layout: RunLayout, enc: Encoder, dist: Dist) -> TripletTokens:
-    """The run's triplets tokenized once (rank 0 builds or reuses them), memory-mapped on every rank."""
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
+    # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
+    return torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+                             **({"fused": True} if device.type == "cuda" else {}))
+
+
+def _prepare_model(cfg: TrainConfig, model: torch.nn.Module) -> None:
+    # The pooler head is not part of the loss: frozen so DDP sees no parameters without gradients.
+    pooler = getattr(model, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        pooler.requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        if hasattr(model, "activation_checkpointing_enable"):   # transformers >= 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(cfg: TrainConfig, objective: Objective, enc: Encoder, dist: Dist, probe: TripletTokens) -> float:
+    """Seconds per optimizer step on `probe` (the slowest rank's): PROBE_STEPS real steps after one
+    untimed, every rank at once but without DDP's all-reduce or torch.compile (the hard stop covers
+    a slower run). The steps are thrown away (weights, RNG restored), not kept as the first training steps: their
+    learning rate would need the step count they serve to plan."""
+    model = enc.model
+    start_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    start_rng = rng_state()
+    opt = _optimizer(cfg, model, enc.device)
+    sampler = RankSampler(len(probe.train["a"]), cfg.seed, dist.rank, dist.world)
+
+    def feed():   # as many passes over the probe as the timed steps need
+        for epoch in range(PROBE_STEPS + 1):
+            yield from micro_batches(probe, sampler, epoch, cfg.batch_size, 0, enc.tokenizer.pad_token_id or 0, 0,
+                                     pin=False, bucket_tokens=cfg.bucket_tokens)
+
+    batches = feed()
+    was_training = model.training
+    model.train()
+    for step in range(PROBE_STEPS + 1):
+        if step == 1:
+            _sync(enc.device)
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for _ in range(cfg.grad_accum):
+            with _memory_hint(cfg, enc.device):
+                (objective.batch_loss(enc, next(batches)) / cfg.grad_accum).backward()
+        if cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+    _sync(enc.device)
+    seconds = (time.perf_counter() - t0) / PROBE_STEPS
+    del opt
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(start_weights)
+    model.train(was_training)
+    set_rng_state(start_rng)
+    return max(dist.gather(seconds))
+
+
+def _token_data(cfg: TrainConfig, layout: RunLayout, enc: Encoder, dist: Dist, sample_triplets: int) -> TripletTokens:
+    """The run's triplets (or a budget's sample of them) tokenized once (rank 0 builds or reuses
+    them), memory-mapped on every rank."""
     answer = None
     if dist.main:
         t0 = time.perf_counter()
         try:
             folder, built = prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max,
-                                           cfg.seed)
+                                           cfg.seed, sample_triplets)
             answer = {"folder": str(folder)}
             say(f"train: {'tokenized' if built else 'reusing'} triplets in {folder} "
                 f"({time.perf_counter() - t0:.1f}s)")
@@ -164,47 +235,64 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
         if enc.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        data = _token_data(cfg, layout, enc, dist)
+        _prepare_model(cfg, enc.model)
+        plan = None
+        if has_budget(cfg):
+            # what the plan depends on: the trajectory, and what sets the speed of a step
+            speed = {k: getattr(cfg, k) for k in (*TRAJECTORY_FIELDS, "compile", "gradient_checkpointing")}
+            plan = plan_budget(cfg, layout, enc, dist, {**speed, "device": str(enc.device)},
+                               lambda probe: time_steps(cfg, objective, enc, dist, probe))
+        data = _token_data(cfg, layout, enc, dist, plan["sample_triplets"] if plan else 0)
         n_train = len(data.train["a"])
         if n_train == 0:
             counts = data.counts
             raise UserError(f"no usable train triplets in {layout.table('triplets')} "
                             f"({counts['triplets_total']} rows, {counts['dropped_no_text']} without paper text); "
                             "run the importance stage on a corpus with resolved references")
-        return _train(cfg, objective, layout, enc, dist, data, after_step, t_start,
+        return _train(cfg, objective, layout, enc, dist, data, plan, after_step, t_start,
                       get_linear_schedule_with_warmup)
     finally:
         dist.close()
 
 
+def _plan_steps(cfg: TrainConfig, plan: dict | None, data: TripletTokens, world: int,
+                steps_per_epoch: int) -> dict:
+    """The planned steps and what set them: the epochs / max_steps plan (over the whole table, also
+    when the data is a budget's sample), or a budget that allows fewer."""
+    sampled = plan is not None and plan["sample_triplets"]
+    by = {"max_steps" if cfg.max_steps else "epochs":
+          plan["steps_by_epochs"] if sampled else cfg.max_steps or cfg.epochs * steps_per_epoch}
+    if plan:
+        by.update(budget_steps(cfg, plan, data, world, steps_per_epoch))
+    reason = min(by, key=by.get)   # the first of equals: the epochs plan when a budget allows as much
+    out = {"planned_steps": by[reason], "planned_by": reason, "steps_by": by}
+    if plan:
+        out.update({k: plan[k] for k in ("train_triplets_available", "sample_triplets", "probe_triplets",
+                                         "probe_tokens_per_paper", "seconds_per_step") if k in plan},
+                   tokens_per_step=round(plan["triplets_per_step"] * 3 * data.mean_paper_tokens(), 1))
+    return out
+
+
 def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encoder, dist: Dist,
-           data: TripletTokens, after_step, t_start: float, make_schedule) -> dict:
+           data: TripletTokens, plan: dict | None, after_step, t_start: float, make_schedule) -> dict:
     n_train, counts = len(data.train["a"]), data.counts
     per_rank = math.ceil(n_train / dist.world)
     micro_per_epoch = math.ceil(per_rank / cfg.batch_size)
     steps_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
-    total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    trajectory = fingerprint(cfg, objective, enc, dist.world, data.digest)
+    steps_plan = _plan_steps(cfg, plan, data, dist.world, steps_per_epoch)
+    total = steps_plan["planned_steps"]
+    # the hard stop behind a max_hours plan: the loop's seconds (over resumes) well past the budget
+    stop_after = cfg.max_hours * 3600 * WALL_CLOCK_SLACK if cfg.max_hours else math.inf
+    trajectory = fingerprint(cfg, objective, enc, dist.world, data.digest, total)
     ckpt_dir = layout.checkpoints_dir
     if dist.main:
         say(f"train: {n_train} train / {len(data.val['a'])} val triplets, {total} steps "
-            f"({steps_per_epoch}/epoch) of {cfg.batch_size}x{cfg.grad_accum}x{dist.world} on {enc.device} "
-            f"({enc.path.name}, pooling={enc.pooling}, max_length={enc.max_length}, objective={objective.name} "
-            f"{json.dumps(objective.settings())})")
+            f"({steps_per_epoch}/epoch; set by {steps_plan['planned_by']}) of {cfg.batch_size}x{cfg.grad_accum}x"
+            f"{dist.world} on {enc.device} ({enc.path.name}, pooling={enc.pooling}, max_length={enc.max_length}, "
+            f"objective={objective.name} {json.dumps(objective.settings())})")
 
     model = enc.model
-    # The pooler head is not part of the loss: frozen so DDP sees no parameters without gradients.
-    pooler = getattr(model, "pooler", None)
-    if isinstance(pooler, torch.nn.Module):
-        pooler.requires_grad_(False)
-    if cfg.gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):   # transformers >= 5.x's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
-    opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                            **({"fused": True} if enc.device.type == "cuda" else {}))
+    opt = _optimizer(cfg, model, enc.device)
     sched = make_schedule(opt, int(cfg.warmup_ratio * total), total)
 
     # Resume: rank 0 picks the checkpoint, every rank loads it.
@@ -272,8 +360,10 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     t0 = time.perf_counter()
     # Step losses stay on the device (float64) until a log line: no synchronisation per step.
     window, window_t, last_loss = [], t0, None
+    done, budget_stopped = start, False
     try:
         if start == 0:
+            write({"kind": "plan", "step": 0, **steps_plan})
             validate(0)
         model.train()
         for step in range(start, total):
@@ -300,7 +390,11 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
             sched.step()
             done = step + 1
             window.append(step_loss)
-            if done % cfg.log_every == 0 or done == total:
+            if stop_after < math.inf and done < total and done % cfg.log_every == 0:
+                # looked at on log lines (no sync per step); rank 0's clock decides for all ranks
+                budget_stopped = dist.broadcast(seconds_before + time.perf_counter() - t0 > stop_after)
+            last = done == total or budget_stopped
+            if done % cfg.log_every == 0 or last:
                 now = time.perf_counter()
                 step_losses = dist.mean(torch.stack(window)).tolist()   # the one sync of the window
                 last_loss = step_losses[-1]
@@ -314,10 +408,10 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
                     say(f"train: step {done}/{total} loss {rec['loss']:.4f} lr {lr:.2e} "
                          f"{rec['seconds_per_step']:.2f} s/step ETA {eta:.0f}s")
                 window, window_t = [], now
-            if done % steps_per_epoch == 0 or done == total or (cfg.eval_every and done % cfg.eval_every == 0):
+            if done % steps_per_epoch == 0 or last or (cfg.eval_every and done % cfg.eval_every == 0):
                 validate(done)
                 model.train()
-            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
+            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and not last:
                 rngs = dist.gather(rng_state())
                 if dist.main:
                     state = {"step": done, "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -331,6 +425,12 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
                 dist.barrier()
             if after_step is not None:
                 after_step(done)
+            if budget_stopped:
+                say(f"train: max_hours={cfg.max_hours} reached: stopped at step {done} of {total} planned")
+                break
+        training = {**steps_plan, "steps_done": done, "budget_stopped": budget_stopped,
+                    "train_triplets": n_train, **seen(data, cfg, dist.world, done, steps_per_epoch)}
+        write({"kind": "end", "step": done, **training})
     finally:
         if log_f:
             log_f.close()
@@ -340,25 +440,25 @@ def _train(cfg: TrainConfig, objective: Objective, layout: RunLayout, enc: Encod
     vals = [r for r in log if r.get("kind") == "val"]
     strip = lambda r: {k[4:]: v for k, v in r.items() if k.startswith("val_")}  # noqa: E731
     val_before = strip(vals[0]) if vals and vals[0]["step"] == 0 else None
-    val_after = strip(vals[-1]) if vals and vals[-1]["step"] == total else None
+    val_after = strip(vals[-1]) if vals and vals[-1]["step"] == done else None
     if dist.main:
-        card = {"pooling": enc.pooling, "base_model": str(enc.path), "objective": objective.card(), "steps": total,
+        card = {"pooling": enc.pooling, "base_model": str(enc.path), "objective": objective.card(), "steps": done,
                 "max_length": enc.max_length, "world_size": dist.world, "config": dataclasses.asdict(cfg),
-                "val_before": val_before, "val_after": val_after, **counts}
+                "val_before": val_before, "val_after": val_after, "training": training, **counts}
         save_model(enc, layout.model_dir, card)
         plot_curve(log, layout.train_curve_png, objective.name)
         if not cfg.keep_final_checkpoint:
             remove_checkpoints(ckpt_dir)
     dist.barrier()
     train_losses = [r["loss"] for r in log if r.get("kind") == "train"]
-    return {"model_dir": str(layout.model_dir), "steps": total, "steps_per_epoch": steps_per_epoch,
+    return {"model_dir": str(layout.model_dir), "steps": done, "steps_per_epoch": steps_per_epoch,
             "resumed_from_step": start, "world_size": dist.world, "train_triplets": n_train,
             "device": str(enc.device), "fused_adamw": bool(opt.defaults.get("fused")),
             "objective": objective.name, "objective_settings": objective.settings(),
             "margin": cfg.margin, **counts,
             "final_loss": last_loss if last_loss is not None else (train_losses[-1] if train_losses else None),
             "train_seconds": round(train_seconds, 2),
-            "seconds_per_step": round(train_seconds / max(total - start, 1), 4),
+            "seconds_per_step": round(train_seconds / max(done - start, 1), 4), "training": training,
             "val_before": val_before, "val_after": val_after,
             "curve_png": str(layout.train_curve_png),
             "seconds": round(time.perf_counter() - t_start, 2)}

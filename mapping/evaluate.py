@@ -412,6 +412,17 @@ def importance_section(s: dict) -> list[str]:
 VAL_COLUMNS = ("val_loss", "val_accuracy", "val_accuracy_hard", "val_accuracy_easy", "val_mrr", "val_recall@1")
 
 
+def steps_read_line(end: dict) -> str:
+    """One line from the training log's `end` record (encoders.train)."""
+    stopped = f", stopped at {_fmt(end['steps_done'])} by the max_hours wall clock" if end.get("budget_stopped") else ""
+    sample = (f", a seeded sample of the {_fmt(end['train_triplets_available'])} available"
+              if end.get("sample_triplets") else "")
+    return (f"- steps: {_fmt(end['planned_steps'])} planned by {end['planned_by']}{stopped}; read "
+            f"{_fmt(end['triplets_seen'])} triplets ({_fmt(end['distinct_triplets_seen'])} distinct of "
+            f"{_fmt(end['train_triplets'])} trained on{sample}), {_fmt(end['papers_seen'])} papers, "
+            f"{_fmt(end['tokens_seen'])} tokens")
+
+
 def train_section(path: Path) -> tuple[list[str], dict]:
     """Training loss at the first and last logged step, and the validation rows as a table."""
     rows = []
@@ -427,6 +438,10 @@ def train_section(path: Path) -> tuple[list[str], dict]:
         info.update(first_loss=losses[0]["loss"], last_loss=losses[-1]["loss"],
                     first_step=losses[0].get("step"), last_step=losses[-1].get("step"))
     lines = [f"- {k}: {_fmt(v)}" for k, v in info.items()]
+    end = next((r for r in reversed(rows) if r.get("kind") == "end"), None)
+    if end:   # the trainer's last line: the step plan and what the steps read
+        info["steps_read"] = end
+        lines.append(steps_read_line(end))
     if vals:
         cols = [c for c in VAL_COLUMNS if any(c in v for v in vals)]
         lines += ["", "Validation triplets (held-out anchors; accuracy = share with d(a,p) < d(a,n); "

@@ -158,5 +158,6 @@ EDGES_META_KEY = b"sciencemap.knn"
 # objective, training settings and validation figures).
 MODEL_CARD = "sciencemap.json"
 
-# The training log (`train_log.jsonl`): one JSON object a line, "kind" is one of these.
-TRAIN_LOG_KINDS = ("train", "val")
+# The training log (`train_log.jsonl`): one JSON object a line, "kind" is one of these: the step
+# plan (first line), training loss, validation, what the steps read (last line).
+TRAIN_LOG_KINDS = ("plan", "train", "val", "end")

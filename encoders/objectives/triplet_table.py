@@ -10,8 +10,12 @@ tokenized once into Arrow files beside the run.
         meta.json        what the fingerprint covers, the counts, the train data digest
 
 The fingerprint covers the triplets and papers tables' files (names, sizes, modification times),
-the tokenizer's files, max_length, the separator, val_max and the seed; a run with the same inputs
-and settings reuses the files, anything else rebuilds them (only the newest is kept). Rank 0 builds,
+the tokenizer's files, max_length, the separator, val_max, the seed and the sample size; a run with
+the same inputs and settings reuses the files, anything else rebuilds them (only the newest is kept).
+
+A training budget (encoders.train_budget) may ask for a sample: the train triplets of whole anchors
+taken in a seeded random order until they hold the number asked for (sample_anchors). Only the
+sample's papers (and those of the val_max validation triplets) are then read and tokenized. Rank 0 builds,
 every rank then memory-maps the Arrow files: a rank touches only the rows it trains on, never the
 whole table, and no rank tokenizes during training.
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -66,10 +71,13 @@ def _tokenizer_digest(model_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def fingerprint(layout: RunLayout, model_dir: Path, max_length: int, sep: str, val_max: int, seed: int) -> tuple[str, dict]:
+def fingerprint(layout: RunLayout, model_dir: Path, max_length: int, sep: str, val_max: int, seed: int,
+                sample_triplets: int = 0) -> tuple[str, dict]:
     inputs = {"format": FORMAT, "triplets": _files_state(layout.table("triplets")),
               "papers": _files_state(layout.table("papers")), "tokenizer": _tokenizer_digest(model_dir),
               "max_length": max_length, "sep": sep, "val_max": val_max, "seed": seed}
+    if sample_triplets:   # absent without a sample: the caches of runs without a budget stay valid
+        inputs["sample_triplets"] = sample_triplets
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16], inputs
 
 
@@ -96,6 +104,15 @@ class TripletTokens:
         """Token ids of paper rows `rows` (reads only those rows of the mapped file)."""
         return self.papers.column("input_ids").take(pa.array(rows, pa.int64())).to_pylist()
 
+    def paper_lengths(self) -> np.ndarray:
+        """Tokens of every paper row (from the list offsets: no token is read)."""
+        return pc.list_value_length(self.papers.column("input_ids")).to_numpy().astype(np.int64)
+
+    def mean_paper_tokens(self) -> float:
+        """Mean tokens per paper over the train triplets' papers, each counted as often as it is used."""
+        lengths = self.paper_lengths()
+        return float(sum(lengths[self.train[c]].sum() for c in ("a", "p", "n")) / (3 * len(self.train["a"])))
+
     def paper_ids(self, rows: np.ndarray) -> list[str]:
         return self.papers.column("paper_id").take(pa.array(rows, pa.int64())).to_pylist()
 
@@ -113,6 +130,21 @@ def _read_triplets(layout: RunLayout):
     df = dataset(layout.table("triplets"), HINT).to_table(columns=TRIPLET_COLUMNS).to_pandas()
     # Spark's row order is not stable between runs: sort, then shuffle with our own seed.
     return df.sort_values(["split", "anchor_id", "positive_id", "negative_id"], kind="stable")
+
+
+# The anchor sample's own random stream, apart from the epochs' orders (seed, epoch) and the val sample (seed).
+SAMPLE_STREAM = 7919
+
+
+def sample_anchors(train, seed: int, triplets: int):
+    """The train triplets of the fewest anchors, taken in a seeded random order, that hold at least
+    `triplets` triplets: whole anchors, spread over the table rather than a corner of it. A larger
+    sample with the same seed contains a smaller one."""
+    anchors = np.sort(train["anchor_id"].unique())
+    order = anchors[np.random.default_rng([seed, SAMPLE_STREAM]).permutation(len(anchors))]
+    sizes = train.groupby("anchor_id").size().reindex(order).to_numpy()
+    take = int(np.searchsorted(np.cumsum(sizes), triplets)) + 1
+    return train[train["anchor_id"].isin(order[:take])]
 
 
 def _write_papers(layout: RunLayout, ids: set[str], tokenizer, max_length: int, sep: str, dest: Path) -> dict[str, int]:
@@ -148,22 +180,35 @@ def _write_papers(layout: RunLayout, ids: set[str], tokenizer, max_length: int, 
     return row_of
 
 
+def _val_sample(part, val_max: int, seed: int):
+    if len(part) <= val_max:
+        return part
+    return part.iloc[np.sort(np.random.default_rng(seed).permutation(len(part))[:val_max])]
+
+
 def build(layout: RunLayout, folder: Path, inputs: dict, tokenizer, max_length: int, sep: str,
-          val_max: int, seed: int) -> None:
-    """Write the tokenized triplets into `folder` (atomically)."""
+          val_max: int, seed: int, sample_triplets: int = 0) -> None:
+    """Write the tokenized triplets into `folder` (atomically); sample_triplets > 0: only a seeded
+    sample of whole anchors' train triplets (sample_anchors) and val_max validation triplets."""
     df = _read_triplets(layout)
+    counts = {"triplets_total": int(len(df))}
+    if sample_triplets:
+        train = df[df["split"] == SPLIT_TRAIN]
+        counts["train_triplets_available"] = int(len(train))
+        # the val sample is drawn before the text check here, so that only its papers are read
+        df = pd.concat([sample_anchors(train, seed, sample_triplets),
+                        _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)])
     ids = set(df["anchor_id"]) | set(df["positive_id"]) | set(df["negative_id"])
     with atomic_dir(folder) as tmp:
         row_of = _write_papers(layout, ids, tokenizer, max_length, sep, tmp / PAPERS)
         has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
-        counts = {"triplets_total": int(len(df)), "dropped_no_text": int((~has_text).sum())}
+        counts["dropped_no_text"] = int((~has_text).sum())
         df = df[has_text]
         parts = []
         for split in (SPLIT_TRAIN, SPLIT_VAL):
             part = df[df["split"] == split]
-            if split == SPLIT_VAL and len(part) > val_max:
-                pick = np.sort(np.random.default_rng(seed).permutation(len(part))[:val_max])
-                part = part.iloc[pick]
+            if split == SPLIT_VAL:
+                part = _val_sample(part, val_max, seed)
             counts[f"{split}_triplets"] = int(len(part))
             parts.append(part)
         train = parts[0]
@@ -195,10 +240,10 @@ def open_tokens(folder: Path) -> TripletTokens:
 
 
 def prepare_tokens(layout: RunLayout, model_dir: Path, tokenizer, max_length: int, sep: str, val_max: int,
-                   seed: int) -> tuple[Path, bool]:
+                   seed: int, sample_triplets: int = 0) -> tuple[Path, bool]:
     """The folder of this run's tokenized triplets for these settings, built if missing (rank 0
     calls this; the other ranks open what it names). Returns (folder, whether it was built now)."""
-    fp, inputs = fingerprint(layout, model_dir, max_length, sep, val_max, seed)
+    fp, inputs = fingerprint(layout, model_dir, max_length, sep, val_max, seed, sample_triplets)
     root = layout.train_tokens_dir
     folder = root / fp
     if (folder / META).is_file():
@@ -209,5 +254,5 @@ def prepare_tokens(layout: RunLayout, model_dir: Path, tokenizer, max_length: in
             if old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    build(layout, folder, inputs, tokenizer, max_length, sep, val_max, seed)
+    build(layout, folder, inputs, tokenizer, max_length, sep, val_max, seed, sample_triplets)
     return folder, True

@@ -145,7 +145,7 @@ def test_fingerprint_names_the_objective_and_its_settings():
 
     def fp(**kw):
         cfg = TrainConfig(**{"margin": 1.0, **kw})
-        return fingerprint(cfg, get_objective(cfg.objective)(cfg), enc, 1, rows)
+        return fingerprint(cfg, get_objective(cfg.objective)(cfg), enc, 1, rows, steps=10)
 
     assert "objective" in TRAJECTORY_FIELDS
     assert len({fp(), fp(objective="in_batch"), fp(objective="in_batch", in_batch_scale=10.0), fp(margin=0.5)}) == 4
