@@ -131,6 +131,141 @@ def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: in
     return {"papers": n, "dim": dim, "topics": n_topics, "fields": len(c.fields)}
 
 
+
+# --- Input files with references (issue 27): what the ingest stage reads -----------------------
+SYN_DOI = "10.5555/syn."                 # paper i of the pool is doi:10.5555/syn.<i>
+SECTIONS = ("Introduction", "Methods", "Results", "Discussion")
+REFS_PER_PAPER = (3.4, 0.55)             # lognormal: mean ~35, the 1-1.5 billion links of a 33M map
+POPULARITY_SIGMA = 1.5                   # lognormal popularity of cited papers: hubs, as in importance/generate.py
+SAME_TOPIC_SHARE = 0.7                   # references to papers of the citing paper's own topic
+
+
+def pool_topics(pool: int, n_topics: int, seed: int) -> np.ndarray:
+    """The topic of every pool paper (corpus papers 0..n-1, then the cited-only ones): what the
+    generated vectors of write_input_vectors follow."""
+    return np.random.default_rng([seed, 7]).integers(0, n_topics, pool)
+
+
+def _references(rng, citing: np.ndarray, topic: np.ndarray, by_topic: list, cum_all: np.ndarray) -> list:
+    """Pool indices cited by each citing paper: lognormal counts; SAME_TOPIC_SHARE from its own
+    topic, the rest from the whole pool, both by popularity (heavy-tailed in-degrees)."""
+    counts = np.maximum(1, np.round(rng.lognormal(*REFS_PER_PAPER, len(citing)))).astype(np.int64)
+    owner = np.repeat(np.arange(len(citing)), counts)
+    same = rng.random(len(owner)) < SAME_TOPIC_SHARE
+    cited = np.searchsorted(cum_all, rng.random(len(owner)) * cum_all[-1]).astype(np.int64)
+    for t in np.unique(topic[citing[owner[same]]]):
+        members, cum = by_topic[t]
+        pick = same & (topic[citing[owner]] == t)
+        cited[pick] = members[np.searchsorted(cum, rng.random(int(pick.sum())) * cum[-1])]
+    cuts = np.cumsum(counts)[:-1]
+    return [np.unique(x[x != c]) for x, c in zip(np.split(cited, cuts), citing)]
+
+
+def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, pool_factor: float = 1.3,
+                       paragraphs: int = 5, per_file: int = 20_000, seed: int = 0) -> dict:
+    """n generated papers as S2ORC JSON Lines under root/train (full text: body paragraphs in four
+    sections with a cite span per mention) and root/map (title, abstract, fields and the
+    bibliography only), a seeded `fulltext_share` of them with full text. References cite a pool of
+    pool_factor x n papers (those past n are cited-only, outside the corpus) with lognormal counts
+    and popularity; every entry carries the cited paper's DOI, title, authors and year, so
+    resolution is by DOI. Titles and abstracts are words of the paper's topic (pool_topics)."""
+    import json
+
+    root = Path(root)
+    pool = int(n * pool_factor)
+    n_topics = max(20, n // 400)
+    c = Corpus(8, n_topics, max(4, n_topics // 20), 40, seed)
+    topic = pool_topics(pool, n_topics, seed)
+    rng = np.random.default_rng([seed, 8])
+    popularity = rng.lognormal(0.0, POPULARITY_SIGMA, pool)
+    order = np.argsort(topic, kind="stable")
+    bounds = np.searchsorted(topic[order], np.arange(n_topics + 1))
+    by_topic = [(order[a:b], np.cumsum(popularity[order[a:b]])) for a, b in zip(bounds[:-1], bounds[1:])]
+    cum_all = np.cumsum(popularity)
+    year = np.clip(np.round(c.topic_year[topic] + rng.normal(0, 4, pool)), 1950, 2026).astype(int)
+    fulltext = rng.random(n) < fulltext_share
+    names = words(5000, "", np.random.default_rng([seed, 9]))
+
+    def title(i):
+        return " ".join(c.vocab[c.topic_words[topic[i], [(i * 7 + j) % 8 for j in range(4)]]]).capitalize()
+
+    def authors(i):
+        return [{"first": "A", "middle": [], "last": str(names[(i * 31 + j * 977) % len(names)]).capitalize()}
+                for j in range(3)]
+
+    def words_of(r, t, k):
+        w = c.topic_words[t]
+        return " ".join(c.vocab[np.where(r.random(k) < 0.6, w[r.integers(0, 8, k)], r.integers(0, len(c.vocab), k))])
+
+    for role in ("train", "map"):
+        (root / role).mkdir(parents=True, exist_ok=True)
+    files = {"train": None, "map": None}
+    counts = {"train": 0, "map": 0, "references": 0, "mentions": 0}
+    for lo in range(0, n, per_file):
+        r = np.random.default_rng([seed, 10, lo])
+        citing = np.arange(lo, min(n, lo + per_file))
+        refs = _references(r, citing, topic, by_topic, cum_all)
+        out = {role: open(root / role / f"part-{lo // per_file:05d}.jsonl", "w") for role in files}
+        for i, cited in zip(citing, refs):
+            role = "train" if fulltext[i] else "map"
+            doc = {"paper_id": f"syn{i}",
+                   "metadata": {"title": title(i), "authors": authors(i), "year": int(year[i]),
+                                "doi": f"{SYN_DOI}{i}", "venue": f"Journal {int(topic[i]) % 50}"},
+                   "abstract": words_of(r, topic[i], 150),
+                   "mag_field_of_study": [str(c.fields[c.topic_field[topic[i]]])],
+                   "bib_entries": {f"b{j}": {"title": title(x), "authors": authors(x)[:1], "year": int(year[x]),
+                                             "other_ids": {"DOI": [f"{SYN_DOI}{x}"]}} for j, x in enumerate(cited)}}
+            if role == "train":
+                body = []
+                where = r.integers(0, len(SECTIONS) * paragraphs, len(cited))   # each reference mentioned once
+                extra = r.integers(0, len(cited), len(cited) // 2)               # and half of them again
+                spans = np.concatenate([np.arange(len(cited)), extra])
+                places = np.concatenate([where, r.integers(0, len(SECTIONS) * paragraphs, len(extra))])
+                for k in range(len(SECTIONS) * paragraphs):
+                    sec = k // paragraphs
+                    body.append({"section": SECTIONS[sec], "sec_number": str(sec + 1),
+                                 "text": words_of(r, topic[i], 100),
+                                 "cite_spans": [{"start": 0, "end": 3, "text": "[1]", "ref_id": f"b{j}"}
+                                                for j in spans[places == k]]})
+                doc["body_text"] = body
+                counts["mentions"] += len(spans)
+            out[role].write(json.dumps(doc) + "\n")
+            counts[role] += 1
+            counts["references"] += len(cited)
+        for f in out.values():
+            f.close()
+    return {"papers": n, "pool": pool, "topics": n_topics, **counts}
+
+
+def write_input_vectors(run: Path, n_topics: int, seed: int = 0, dim: int = 384, noise: float = 0.9,
+                        shard: int = 100_000) -> dict:
+    """Embeddings shards for every paper in run/papers (corpus and cited-only), as the embed stage
+    would write them, from the mixture of the paper's topic (pool_topics; ids doi:10.5555/syn.<i>):
+    the GPU stages stand aside on a CPU-only scale run and the mapping stages get vectors with
+    topic structure. n_topics and seed: write_input_corpus's. A paper whose id is not a generated
+    DOI gets a random topic."""
+    from sciencemap.storage import read_table
+
+    run = Path(run)
+    ids = read_table(run / "papers", columns=["paper_id"]).column("paper_id").to_numpy(zero_copy_only=False)
+    prefix = "doi:" + SYN_DOI
+    index = np.array([int(x[len(prefix):]) if x.startswith(prefix) else -1 for x in ids], dtype=np.int64)
+    pool = int(index.max()) + 1
+    topic_of = pool_topics(max(pool, 1), n_topics, seed)
+    rng = np.random.default_rng([seed, 11])
+    topic = np.where(index >= 0, topic_of[np.maximum(index, 0)], rng.integers(0, n_topics, len(index)))
+    c = Corpus(dim, n_topics, max(4, n_topics // 20), 40, seed)
+    out = run / "embeddings"
+    out.mkdir(parents=True, exist_ok=True)
+    for k, lo in enumerate(range(0, len(ids), shard)):
+        hi = min(len(ids), lo + shard)
+        X = _vectors(c, topic[lo:hi], rng, noise)
+        t = pa.table({"paper_id": pa.array(ids[lo:hi], pa.string()),
+                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), dim)},
+                     schema=embeddings_schema(dim))
+        pq.write_table(t, out / shard_name(k))
+    return {"papers": len(ids), "dim": dim, "topics": n_topics}
+
 if __name__ == "__main__":
     import argparse
     import json

@@ -373,7 +373,8 @@ def available_memory() -> int | None:
 
 
 def worker_count(cfg: ClusterConfig, jobs: int, m: int) -> tuple[int, str]:
-    """How many Leiden runs go at once, and why: the setting (0 = cores), at most `jobs`, and as many as the free memory holds at LEIDEN_BYTES_PER_EDGE an edge each."""
+    """How many Leiden runs go at once, and why: the setting (0 = cores), at most `jobs`, and as
+    many as the free memory holds at LEIDEN_BYTES_PER_EDGE an edge each."""
     import os
 
     want = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)

@@ -1,0 +1,332 @@
+"""The whole pipeline, ingest to evaluate, on generated corpora of increasing size (issue 27):
+each stage's wall time, CPU time and peak memory per size, the fitted growth of each stage, and
+the projected run at 33M papers on one node (16 cores, 128 GB, 1 H100).
+
+    nice -n 5 .venv/bin/python bench/scale_run.py --sizes 250000 500000 1000000 2000000
+    .venv/bin/python bench/scale_run.py --sizes 5000 10000 --no-fail     # a look at the machinery
+
+Per size, in its own run directory under --root (inputs cached between calls):
+1. inputs: bench/synthetic.py write_input_corpus, S2ORC JSON Lines with references (lognormal
+   counts, mean ~35; popular cited papers; 30% of the pool cited-only), a seeded --fulltext-share
+   with full-text bodies (the training corpus, role train) and the rest title, abstract, fields
+   and bibliography (the map corpus, role map);
+2. ingest, importance: the Spark jobs (local mode, every core), as `python jobs/<stage>.py`;
+3. train, embed: GPU stages, not run on a CPU: their 33M time comes from the H100 figures of
+   bench/gpu_throughput.py (--gpu-json, else the figures measured there on 2026-11-26 and named
+   below) and the training budget; the vectors the next stages read are written by
+   synthetic.write_input_vectors (the topic mixture of each paper: stand-ins, marked as such);
+4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs.
+Every stage is its own child process; its peak memory is the peak of the summed PSS of it and
+every process under it (sampled from /proc every 0.25 s: the Spark JVM and Python workers of
+ingest and importance included), at least os.wait4's ru_maxrss; its CPU time theirs in all.
+The load average is printed before and after each stage: figures from a loaded machine are not
+the stage's.
+
+Projection to --project-papers (33M) on the node: per stage, time = a + b n^e fitted over the
+sizes (a: the fixed cost, start-up and imports; e: the stage's model, 1 for linear stages, 1.05
+for n log n ones, or the log-log slope seen between the two largest sizes where that is steeper
+by more than 0.15), the b n^e part at N divided by the node's speed-up over this machine, from
+the parallelism measured here (CPU s / wall s = p of this machine's cores; Amdahl's serial share
+s = (c/p - 1)/(c - 1) on c cores here) at --efficiency per added core.
+Memory: the same fit of each stage's peak with e = 1, at N.
+
+Targets (--target-…): every stage's peak at the largest size <= 12 GiB when that size is >= 2M;
+the projected total <= 4 h and every projected peak <= 100 GB. A verdict line each; exit 1 on a
+miss or an unchecked target (--no-fail: 0).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_STAGES = ("ingest", "importance", "knn", "cluster", "render", "evaluate")
+# The growth model of each stage (the exponent of n its time follows at least) and why.
+MODEL = {"ingest": (1.0, "linear in papers and references (a pass over the files, a shuffle)"),
+         "importance": (1.0, "linear in mentions and pairs (Spark shuffles)"),
+         "knn": (1.05, "n log n (HNSW: log n a query; ef tuned per size)"),
+         "cluster": (1.0, "linear in edges a Leiden iteration, fixed iterations at scale"),
+         "render": (1.0, "linear in papers (topics, layout of the topics, datashader)"),
+         "evaluate": (1.0, "linear in links (citation graphs, sampled paths)")}
+# H100 figures of bench/gpu_throughput.py, 2026-11-26 (torch 2.11 + cu130, MiniLM-sized random BERT-base,
+# max_length 256): used when --gpu-json is not given.
+H100_EMBED_TOKENS_PER_S = 1_055_351      # the embed job at 300,000 papers (bare compiled forward: 2,023,728)
+TOKENS_PER_PAPER = 232                   # real tokens per PubMed title + abstract at max_length 256, same run
+NODE_CORES, NODE_MEMORY_GB = 16, 128
+
+
+def config_text(inputs: Path, args) -> str:
+    res = ", ".join(str(r) for r in args.resolutions)
+    return f"""[ingest]
+inputs = [
+  {{ path = "{inputs / 'train'}", format = "s2orc", source = "syn_train", role = "train" }},
+  {{ path = "{inputs / 'map'}", format = "s2orc", source = "syn_map", role = "map" }},
+]
+
+[importance]
+seed = 0
+
+[knn]
+k = 20
+
+[cluster]
+resolutions = [{res}]
+min_cluster_size = 5
+
+[render]
+map_resolution = 0.0
+
+[evaluate]
+"""
+
+
+class TreeSampler:
+    """Every `every` seconds, the processes descending from `root` (/proc): the peak of their summed
+    proportional set size and each one's last CPU time, so a stage's Spark JVM and Python workers, which its driver
+    does not wait for, are counted with it."""
+
+    def __init__(self, root: int, every: float = 0.25):
+        import threading
+
+        self.root, self.every, self.peak, self.cpu = root, every, 0, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _stats() -> dict:
+        out = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                out[int(d)] = (int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[21]) * PAGE)
+        return out
+
+    @staticmethod
+    def _pss(pid: int, rss: int) -> int:
+        """Proportional set size: pages shared with the other processes (forked Leiden workers, the
+        parent's copy-on-write pages) counted once in the sum; the RSS where it cannot be read."""
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return rss
+
+    def _run(self):
+        while not self._stop.is_set():
+            stats = self._stats()
+            tree, grew = {self.root}, True
+            while grew:
+                more = {p for p, (ppid, _, _) in stats.items() if ppid in tree} - tree
+                grew, tree = bool(more), tree | more
+            self.peak = max(self.peak, sum(self._pss(p, stats[p][2]) for p in tree if p in stats))
+            for p in tree:
+                if p in stats:
+                    self.cpu[p] = stats[p][1] / TICKS
+            self._stop.wait(self.every)
+
+    def stop(self) -> tuple[int, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.peak, sum(self.cpu.values())
+
+
+PAGE, TICKS = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+
+
+def child(cmd: list[str], log: Path) -> dict:
+    """Run a child process: wall time, CPU time and peak memory of it and every process under it."""
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"\n### {' '.join(cmd)}\n")
+        out.flush()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        sampler = TreeSampler(p.pid)
+        _, status, usage = os.wait4(p.pid, 0)
+        peak, cpu = sampler.stop()
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        sys.exit(f"{' '.join(cmd[:3])} failed (exit {rc}); see {log}")
+    # wait4 has the exact figures of the child and what it waited for; the sampler sees the rest
+    return {"seconds": time.perf_counter() - t0, "cpu_s": max(cpu, usage.ru_utime + usage.ru_stime),
+            "peak_rss_bytes": max(peak, usage.ru_maxrss * 1024), "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+
+
+def synthetic(*call: str) -> list[str]:
+    """A child running one function of bench/synthetic.py and printing its JSON."""
+    code = ("import json, sys; sys.path.insert(0, 'bench'); import synthetic; "
+            f"print(json.dumps(synthetic.{call[0]}({', '.join(call[1:])})))")
+    return [sys.executable, "-c", code]
+
+
+def one_size(n: int, args, log: Path) -> dict:
+    root = args.root / f"n{n}"
+    inputs, run = root / "inputs", root / "run"
+    stamp = inputs / "generated.json"
+    want = {"n": n, "fulltext_share": args.fulltext_share, "seed": args.seed}
+    if not (stamp.is_file() and json.loads(stamp.read_text()).get("args") == want):
+        subprocess.run(["rm", "-rf", str(inputs)], check=True)
+        inputs.mkdir(parents=True)
+        r = child(synthetic("write_input_corpus", repr(str(inputs)), str(n), f"fulltext_share={args.fulltext_share}",
+                            f"seed={args.seed}"), log)
+        info = json.loads(log.read_text().strip().splitlines()[-1])
+        stamp.write_text(json.dumps({"args": want, "corpus": info, "seconds": r["seconds"]}))
+    corpus = json.loads(stamp.read_text())["corpus"]
+    subprocess.run(["rm", "-rf", str(run)], check=True)
+    run.mkdir(parents=True)
+    cfg = root / "scale.toml"
+    cfg.write_text(config_text(inputs, args))
+    rows = {}
+    for stage in CPU_STAGES:
+        if stage == "knn":  # the embed stage's stand-in: generated vectors for every paper
+            child(synthetic("write_input_vectors", repr(str(run)), str(corpus["topics"]), f"seed={args.seed}",
+                            f"dim={args.dim}"), log)
+        rows[stage] = child([sys.executable, f"jobs/{stage}.py", "--run", str(run), "--config", str(cfg)], log)
+        r = rows[stage]
+        print(f"  {n:>10,} {stage:<11} {r['seconds']:>9.1f} s  CPU {r['cpu_s']:>9.1f} s  "
+              f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}", flush=True)
+    summary = json.loads((run / "ingest_summary.json").read_text())
+    nodes = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0) for d in summary["per_source"].values())
+    return {"papers": n, "corpus": corpus, "nodes": nodes, "stages": rows}
+
+
+def fit(sizes: list[int], values: list[float], exponent: float) -> tuple[float, float]:
+    """(a, b) of value = a + b * n^exponent, least squares, a >= 0 (the stage's fixed cost: start-up,
+    imports, the JVM); one size: a = 0."""
+    if len(sizes) < 2:
+        return 0.0, values[0] / sizes[0] ** exponent
+    xs = [s ** exponent for s in sizes]
+    mx, my = sum(xs) / len(xs), sum(values) / len(values)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, values)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    if a < 0 or b <= 0:  # no fixed cost to separate (or noise): through the origin at the largest size
+        return 0.0, values[-1] / xs[-1]
+    return a, b
+
+
+def slope(sizes: list[int], values: list[float]) -> float:
+    """The log-log slope between the two largest sizes (NaN with one size)."""
+    if len(sizes) < 2:
+        return float("nan")
+    return math.log(max(values[-1], 1e-3) / max(values[-2], 1e-3)) / math.log(sizes[-1] / sizes[-2])
+
+
+def node_speedup(cpu_s: float, wall_s: float, here: int, efficiency: float) -> tuple[float, float]:
+    """(speed-up of the node's cores over this machine's, serial share): Amdahl from the
+    parallelism measured here, each added core worth `efficiency` of one."""
+    p = max(1.0, min(here, cpu_s / wall_s if wall_s > 0 else 1.0))
+    serial = min(1.0, max(0.0, (here / p - 1) / (here - 1))) if here > 1 else 1.0
+    t_here = serial + (1 - serial) / here
+    t_node = serial + (1 - serial) / (1 + (NODE_CORES - 1) * efficiency)
+    return t_here / t_node, serial
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[250_000, 500_000, 1_000_000, 2_000_000])
+    ap.add_argument("--fulltext-share", type=float, default=0.1, help="share of papers with full text (role train)")
+    ap.add_argument("--dim", type=int, default=384, help="stand-in vector dimensions")
+    ap.add_argument("--resolutions", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "scale_run")
+    ap.add_argument("--project-papers", type=float, default=33e6)
+    ap.add_argument("--efficiency", type=float, default=0.7, help="work of each added node core, as a share of one")
+    ap.add_argument("--train-hours", type=float, default=1.0, help="the training budget of the projected run "
+                    "([train] max_hours)")
+    ap.add_argument("--gpu-json", type=Path, help="bench/gpu_throughput.py --json output (else its 2026-11-26 H100 figures)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--target-peak-gib", type=float, default=12.0, help="each stage's peak at >= 2M papers, at most")
+    ap.add_argument("--target-hours", type=float, default=4.0, help="the projected run, at most")
+    ap.add_argument("--target-projected-peak-gb", type=float, default=100.0)
+    Verdicts.add_arguments(ap)
+    args = ap.parse_args()
+    args.root.mkdir(parents=True, exist_ok=True)
+    log = args.root / "scale_run.log"
+    log.write_text("")
+    here = os.cpu_count() or 1
+    print(f"sizes {args.sizes}, full text {args.fulltext_share:.0%}, {here} cores here; load {os.getloadavg()}; "
+          f"log {log}", flush=True)
+    results = [one_size(n, args, log) for n in sorted(args.sizes)]
+
+    embed_rate, embed_basis = H100_EMBED_TOKENS_PER_S, "bench/gpu_throughput.py on an H100, 2026-11-26: embed job"
+    if args.gpu_json:
+        rows = json.loads(args.gpu_json.read_text())["rows"]
+        row = next(r for r in rows if r["name"].startswith("embed job (loop"))
+        embed_rate, embed_basis = row["tokens_per_s"], f"{args.gpu_json}: {row['name']}"
+    N = args.project_papers
+    big = results[-1]
+    nodes_ratio = big["nodes"] / big["papers"]
+    print(f"\nprojected to {N / 1e6:.0f}M papers ({N * nodes_ratio / 1e6:.0f}M map nodes at the generated "
+          f"{nodes_ratio:.2f} nodes a paper) on {NODE_CORES} cores, {NODE_MEMORY_GB} GB, 1 H100; "
+          f"each added core worth {args.efficiency:.0%} of one")
+    print(f"{'stage':<11} {'growth':>7} {'serial':>7} {'speed-up':>9} {'hours':>7} {'peak GB':>8}  basis")
+    table, total = [], 0.0
+    for stage in ("ingest", "importance", "train", "embed", "knn", "cluster", "render", "evaluate"):
+        if stage == "train":
+            hours, peak, basis = args.train_hours, None, f"the [train] max_hours budget ({args.train_hours:g} h), on the GPU"
+            table.append({"stage": stage, "hours": hours, "peak_gb": peak, "basis": basis})
+        elif stage == "embed":
+            hours = N * nodes_ratio * TOKENS_PER_PAPER / embed_rate / 3600
+            basis = f"{TOKENS_PER_PAPER} tokens a paper / {embed_rate:,.0f} tokens/s ({embed_basis})"
+            table.append({"stage": stage, "hours": hours, "peak_gb": None, "basis": basis})
+        else:
+            sizes = [r["papers"] for r in results]
+            walls = [r["stages"][stage]["seconds"] for r in results]
+            e, why = MODEL[stage]
+            measured = slope(sizes, walls)
+            if measured > e + 0.15:  # grows faster than its model between the largest sizes: take what was seen
+                e, why = measured, f"measured growth, above its model ({why})"
+            a, b = fit(sizes, walls, e)
+            s = big["stages"][stage]
+            speed, serial = node_speedup(s["cpu_s"], s["seconds"], here, args.efficiency)
+            hours = (a + b * N ** e / speed) / 3600
+            pa_, pb = fit(sizes, [r["stages"][stage]["peak_rss_bytes"] for r in results], 1.0)
+            peak = (pa_ + pb * N) / 1e9
+            basis = (f"{a:.0f} s + {b * big['papers'] ** e:.0f} s at {big['papers']:,} x (N/n)^{e:.2f}, "
+                     f"N = {N / 1e6:.0f}M; / {speed:.1f} ({why}; slope seen {measured:.2f})")
+            table.append({"stage": stage, "growth": e, "serial": serial, "speedup": speed, "hours": hours,
+                          "peak_gb": peak, "basis": basis})
+        row = table[-1]
+        total += row["hours"]
+        print(f"{stage:<11} {row.get('growth', float('nan')):>7.2f} {row.get('serial', float('nan')):>7.2f} "
+              f"{row.get('speedup', float('nan')):>9.1f} {row['hours']:>7.2f} "
+              f"{'' if row['peak_gb'] is None else format(row['peak_gb'], '.1f'):>8}  {row['basis']}")
+    print(f"{'total':<11} {'':>7} {'':>7} {'':>9} {total:>7.2f}")
+    print("unmeasured: placement (jobs/place.py) and the GPU stages' memory; the embed and train rows "
+          "are GPU projections, not runs")
+
+    verdicts = Verdicts()
+    if big["papers"] >= 2_000_000:
+        worst = max(big["stages"].values(), key=lambda r: r["peak_rss_bytes"])
+        verdicts.at_most(f"largest stage peak at {big['papers']:,} papers, GiB", worst["peak_rss_bytes"] / 2**30,
+                         args.target_peak_gib, "{:.2f}")
+    else:
+        verdicts.not_checked("stage peaks at 2M papers", f"the largest size run is {big['papers']:,}",
+                             f"<= {args.target_peak_gib} GiB")
+    verdicts.at_most(f"projected {N / 1e6:.0f}M run, hours", total, args.target_hours, "{:.2f}")
+    peak_gb = max(r["peak_gb"] for r in table if r["peak_gb"] is not None)
+    verdicts.at_most(f"projected largest stage peak, GB", peak_gb, args.target_projected_peak_gb, "{:.1f}")
+    if args.json:
+        args.json.write_text(json.dumps({"sizes": results, "projection": table, "total_hours": total,
+                                         "verdicts": verdicts.as_json()}, indent=2))
+    return verdicts.finish(args.no_fail)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
