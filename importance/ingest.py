@@ -13,7 +13,8 @@ Every input record ends in `papers` or `rejects`:
   citances landing on the same citing sentence for the same cited paper are one mention (the
   others are rejected as duplicates); citances are counted under their own source;
 - item level: references without any id, title or raw string, in-text citations to unknown references.
-Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the others rejected.
+Duplicate paper ids: a full-text row first, then the row from the smallest (source_file, ord) is
+kept, the others rejected.
 
 Roles (an input's `role`: "train", "map" or "train+map", the default): a "train" input is read in
 full (sections, mentions: its papers are citing papers of importance pairs and triplet anchors); a
@@ -325,8 +326,8 @@ def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
     # (source_file, ord), reject the others; mapped when any of its inputs is mapped.
     by_id = Window.partitionBy("paper_id")
     w = by_id.orderBy(F.desc("has_fulltext"), "source_file", "ord")
-    ranked = dfs["paper"].withColumn("_rn", F.row_number().over(w))
-    papers = ranked.where("_rn = 1").drop("_rn").withColumn("mapped", F.max("mapped").over(by_id))
+    ranked = dfs["paper"].withColumns({"_rn": F.row_number().over(w), "_mapped": F.max("mapped").over(by_id)})
+    papers = ranked.where("_rn = 1").withColumn("mapped", F.col("_mapped")).drop("_rn", "_mapped")
     dups = ranked.where("_rn > 1").select("source_file", F.col("paper_id").alias("record_id"),
                                           F.lit("ingest").alias("stage"), F.lit(DUPLICATE_REASON).alias("reason"),
                                           "source", F.lit("record").alias("level"))

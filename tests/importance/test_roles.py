@@ -130,8 +130,14 @@ def test_spark_mixed_roles_and_the_cited_only_rule(spark, repo_root, tmp_path):
     elife.mkdir()
     for p in sorted((repo_root / "sample" / "elife").glob("*.xml.gz"))[:8]:
         (elife / p.name).write_bytes(p.read_bytes())
+    # the same article in a map input too: its full-text row is kept, and it is mapped
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    first = sorted(elife.iterdir())[0]
+    (twin / "twin.xml.gz").write_bytes(first.read_bytes())
     cfg = IngestConfig(inputs=[
         {"path": str(elife), "format": "jats", "source": "elife", "role": "train"},
+        {"path": str(twin), "format": "jats", "source": "twin", "role": "map"},
         {"path": str(ux), "format": "unarxive", "source": "unarxive", "role": "map"},
         {"path": str(repo_root / "sample" / "pubmed" / "dev-data-small.csv.gz"), "format": "pubmed_csv",
          "source": "pubmed", "role": "map"},
@@ -140,15 +146,17 @@ def test_spark_mixed_roles_and_the_cited_only_rule(spark, repo_root, tmp_path):
     s = run_ingest(cfg, layout, spark=spark)
     per = s["per_source"]
     assert s["check_input_equals_papers_plus_rejects"] and s["check_files_found_equals_accounted"]
-    assert {k: per[k]["role"] for k in per} == {"elife": "train", "unarxive": "map", "pubmed": "map"}
+    assert {k: per[k]["role"] for k in per} == {"elife": "train", "twin": "map", "unarxive": "map", "pubmed": "map"}
+    assert per["twin"]["input_records"] == per["twin"]["record_rejects"] == 1 and per["twin"]["papers_corpus"] == 0
     papers = pq.read_table(layout.table("papers")).to_pandas().set_index("paper_id")
     refs = pq.read_table(layout.table("references")).to_pandas()
     ments = pq.read_table(layout.table("mentions")).to_pandas()
 
     corpus = papers[papers.source_file.notna()]
     el = corpus[corpus.source == "elife"]
-    assert len(el) == 8 and el.has_fulltext.all() and not el.mapped.any()
-    assert per["elife"]["papers_fulltext"] == 8 and per["elife"]["papers_mapped"] == 0
+    assert len(el) == 8 and el.has_fulltext.all() and el.mapped.sum() == 1
+    assert el.mapped[el.source_file.str.endswith(first.name)].all()
+    assert per["elife"]["papers_fulltext"] == 8 and per["elife"]["papers_mapped"] == 1
     mp = corpus[corpus.source != "elife"]
     assert len(mp) == per["unarxive"]["papers_corpus"] + per["pubmed"]["papers_corpus"] and len(mp) > 2
     assert not mp.has_fulltext.any() and mp.mapped.all()
