@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                                           cited_only.paper_id.str.split(":").str[0].value_counts().items()))
 
     # ---- the sample: each cited-only paper with the reference its row was made from (the first
-    # by (has title, citing_id, ref_key), as importance.resolve.title_only_papers picks it)
+    # by (has title, citing_id, ref_key), as importance.resolve.cited_only_papers picks it)
     ids = sorted(cited_only.paper_id)
     sample = random.Random(SEED).sample(ids, min(SAMPLE_SIZE, len(ids)))
     refs["_no_title"] = refs.title.isna()

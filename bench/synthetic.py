@@ -100,6 +100,7 @@ def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Genera
         "keywords": pa.nulls(n, SCHEMAS["papers"].field("keywords").type), "mesh": mesh,
         "source": pa.array(np.where(has, "pubmed", "generated"), pa.string()),
         "has_fulltext": pa.array(np.ones(n, bool)), "source_file": pa.array(np.full(n, "generated"), pa.string()),
+        "mapped": pa.array(np.ones(n, bool)),
     }
     return pa.table(cols, schema=SCHEMAS["papers"])
 

@@ -70,8 +70,8 @@ def with_entry_shares_author(references: DataFrame, papers: DataFrame) -> DataFr
 
 def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, seed: int = 0,
                 keep_summary_cols: bool = False, sources: list[str] | None = None) -> DataFrame:
-    """One row per distinct (citing, cited) reference pair (self-references dropped), with f_* counts,
-    S and tie_hash; `importance` is added later by entropy.score.
+    """One row per distinct (citing, cited) reference pair of a full-text citing paper (self-references
+    dropped), with f_* counts, S and tie_hash; `importance` is added later by entropy.score.
 
     S is decided per reference-list row (the pair shares an author if any of its entries does): the
     cited full-text paper's authors when it has any, else the entry's own (entry_shares_author).
@@ -105,8 +105,9 @@ def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, s
            if sources else zero)
     citing = _citing_keys(papers.where("has_fulltext"), src.alias("src"), text.alias("a_text"))
     parts = int(papers.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    # Inner: only full-text papers cite in pairs (a "map" input's reference lists are map links only).
     rows = (ref_rows.unionByName(men_rows).repartition(parts, "citing_id")
-            .join(citing.hint("shuffle_hash"), "citing_id", "left"))  # rows stay put; citing papers move
+            .join(citing.hint("shuffle_hash"), "citing_id"))  # rows stay put; citing papers move
     by_corpus = shares_author(_a_keys(), {"author_keys": F.col("c_k"), "orcid_author_keys": F.col("c_o")}).cast("int")
     S = F.when(F.col("c_k").isNotNull(), by_corpus).otherwise(F.col("e_S"))
     aggs = [F.sum("is_ref").alias("n_refs")]

@@ -252,5 +252,5 @@ def _papers(ids: np.ndarray, fulltext: bool, n_labs: int, name_pool: int, source
         "venue": pa.nulls(n, pa.string()),
         "fields": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), _ids("Field ", fields)),
         "source": pa.array(np.full(n, source, dtype=object), pa.string()),
-        "has_fulltext": pa.array(np.full(n, fulltext)),
+        "has_fulltext": pa.array(np.full(n, fulltext)), "mapped": pa.array(np.ones(n, bool)),
     }

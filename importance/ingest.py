@@ -13,7 +13,17 @@ Every input record ends in `papers` or `rejects`:
   citances landing on the same citing sentence for the same cited paper are one mention (the
   others are rejected as duplicates); citances are counted under their own source;
 - item level: references without any id, title or raw string, in-text citations to unknown references.
-Duplicate paper ids: the row from the smallest (source_file, ord) is kept, the others rejected.
+Duplicate paper ids: a full-text row first, then the row from the smallest (source_file, ord) is
+kept, the others rejected.
+
+Roles (an input's `role`: "train", "map" or "train+map", the default): a "train" input is read in
+full (sections, mentions: its papers are citing papers of importance pairs and triplet anchors); a
+"map" input gives papers (title, abstract, metadata) and reference lists only, bodies unread
+(has_fulltext false); a paper is embedded and mapped (`mapped`) when its input's role has "map".
+Cited-only papers (unresolved references, resolve.cited_only_papers) are mapped when at least
+`cited_only_min_citations` mapped corpus papers cite them; below that, one cited by a full-text
+paper stays a papers row with mapped = false (a triplet positive needs its title), the others are
+left out of papers (their references keep the cited_id).
 """
 from __future__ import annotations
 
@@ -49,27 +59,62 @@ EMPTY_FILE_REASON = "empty file"
 SKIPPED_LISTED = 50  # skipped files named in ingest_summary.json (and the report); the files table has all
 WARNINGS_LISTED = 20
 SIDE_KINDS = ("file", "warning")  # record kinds of the files and warnings tables
+ROLES = ("train", "map", "train+map")
+DEFAULT_ROLE = "train+map"
+
+
+def input_role(spec: dict) -> str:
+    """An input's role (module docstring); an unknown one is a user error."""
+    role = spec.get("role", DEFAULT_ROLE)
+    if role not in ROLES:
+        raise UserError(f"ingest input {spec.get('path')} has role {role!r}; set role to one of: "
+                        f"{', '.join(ROLES)} (the default)")
+    return role
+
+
+def reads_bodies(spec: dict) -> bool:
+    return "train" in input_role(spec)
+
+
+def is_mapped(spec: dict) -> bool:
+    return "map" in input_role(spec)
 
 
 def parse_input(spec: str) -> dict:
-    """`--input PATH:FORMAT:SOURCE` as an [ingest] inputs entry."""
+    """`--input PATH:FORMAT:SOURCE[:ROLE]` as an [ingest] inputs entry (a 4th part is a role when
+    the part before the source is a known format, so a path may still hold ':')."""
     import argparse
 
+    from importance.readers import FORMATS
+
+    parts = spec.rsplit(":", 3)
+    if len(parts) == 4 and parts[1] in FORMATS:
+        entry = {"path": parts[0], "format": parts[1], "source": parts[2], "role": parts[3]}
+        try:
+            input_role(entry)
+        except UserError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return entry
     parts = spec.rsplit(":", 2)
     if len(parts) != 3:
-        raise argparse.ArgumentTypeError(f"{spec!r} must read PATH:FORMAT:SOURCE, e.g. sample/elife:jats:elife")
+        raise argparse.ArgumentTypeError(f"{spec!r} must read PATH:FORMAT:SOURCE[:ROLE], e.g. sample/elife:jats:elife "
+                                         "or sample/pubmed:pubmed_csv:pubmed:map")
     return {"path": parts[0], "format": parts[1], "source": parts[2]}
 
 
 @dataclass
 class IngestConfig(SparkSettings):  # Spark settings: importance/spark.py, docs/spark.md
-    inputs: list[dict] = setting(help="PATH:FORMAT:SOURCE, repeatable; replaces the configured inputs",
+    inputs: list[dict] = setting(help="PATH:FORMAT:SOURCE[:ROLE], repeatable; replaces the configured inputs; "
+                                      "ROLE: train, map or train+map (default)",
                                  factory=lambda: [dict(x) for x in DEFAULT_INPUTS], parse=parse_input, append=True,
                                  flags=("--input",))
     read_partitions: int | str = setting(AUTO, "partitions of the parsed input (few on small corpora: per-task "
                                                "Python start-up dominates); auto = one per max_partition_bytes "
                                                "of input, at least 2 per task slot", parse=auto_int)
     output_partitions: int = setting(0, "files per written table; 0 = one per GB of input, at least 2")
+    cited_only_min_citations: int = setting(1, "a cited-only paper (a reference no corpus paper matches) is "
+                                               "mapped when at least this many mapped corpus papers cite it; "
+                                               "1 = all, 0 = none")
 
 
 def _internal_schemas():
@@ -98,11 +143,15 @@ def _internal_schemas():
             "citance": citance, "warning": to_spark_schema("warnings"), "file": to_spark_schema("files")}
 
 
-def _parse_rows(fmt: str, source: str, rows):
-    from importance.readers import parse_file_accounted
+def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, rows):
+    from importance.readers import PAPER, parse_file_accounted
 
     for row in rows:
-        yield from parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None else b"")
+        for kind, rec in parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None
+                                              else b"", bodies=bodies):
+            if kind == PAPER:
+                rec["mapped"] = mapped
+            yield kind, rec
 
 
 def _to_tuple(names, rec):
@@ -241,7 +290,7 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listin
         if p.is_dir():
             reader = reader.option("recursiveFileLookup", "true")
         df = reader.load(str(p)).select("path", "content")
-        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source)))
+        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source, reads_bodies(spec), is_mapped(spec))))
         listed = _listed_records(listings[i] if listings else list_input(spec))
         if listed:
             rdds.append(spark.sparkContext.parallelize(listed, max(1, min(64, len(listed) // 100_000))))
@@ -251,7 +300,7 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listin
     return rdd.coalesce(max(1, min(rdd.getNumPartitions(), n)))
 
 
-def build_tables(spark, raw) -> dict:
+def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
     """The ingest logic on DataFrames: dedup, citances, resolution. Returns DataFrames (lazy)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -273,10 +322,12 @@ def build_tables(spark, raw) -> dict:
         dfs[kind] = spark.createDataFrame(records.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
                                           schema).persist(StorageLevel.MEMORY_AND_DISK)
 
-    # Duplicate paper ids: keep the first by (source_file, ord), reject the others.
-    w = Window.partitionBy("paper_id").orderBy("source_file", "ord")
-    ranked = dfs["paper"].withColumn("_rn", F.row_number().over(w))
-    papers = ranked.where("_rn = 1").drop("_rn")
+    # Duplicate paper ids: keep a full-text row (its mentions count) first, then the first by
+    # (source_file, ord), reject the others; mapped when any of its inputs is mapped.
+    by_id = Window.partitionBy("paper_id")
+    w = by_id.orderBy(F.desc("has_fulltext"), "source_file", "ord")
+    ranked = dfs["paper"].withColumns({"_rn": F.row_number().over(w), "_mapped": F.max("mapped").over(by_id)})
+    papers = ranked.where("_rn = 1").withColumn("mapped", F.col("_mapped")).drop("_rn", "_mapped")
     dups = ranked.where("_rn > 1").select("source_file", F.col("paper_id").alias("record_id"),
                                           F.lit("ingest").alias("stage"), F.lit(DUPLICATE_REASON).alias("reason"),
                                           "source", F.lit("record").alias("level"))
@@ -336,10 +387,13 @@ def build_tables(spark, raw) -> dict:
         F.col("m.position").alias("position"), "source_file", F.col("m").isNotNull().alias("_matched"),
         F.col("source").alias("_citance_source"))
     cit_rejects = cit_rejects.unionByName(rej_cols(cit_all.where("_dup"), DUPLICATE_CITANCE_REASON))
+    # A citance of a citing paper whose body was not read ("map" input) is a citation link only.
+    fulltext_citing = papers.where("has_fulltext").select(F.col("paper_id").alias("citing_id"))
+    cit_body_ments = cit_ments.join(fulltext_citing, "citing_id", "left_semi")
 
     refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
-    refs_res, title_only, ref_rejects = resolve_references(refs_all, papers)
-    ments_all = ments.unionByName(cit_ments.drop("_matched", "_citance_source"))
+    refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations)
+    ments_all = ments.unionByName(cit_body_ments.drop("_matched", "_citance_source"))
     ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
     dangling = ments_res.where(F.col("cited_id").isNull()).join(
         papers.select(F.col("paper_id").alias("citing_id"), "source"), "citing_id", "left").select(
@@ -351,42 +405,53 @@ def build_tables(spark, raw) -> dict:
     pschema = to_spark_schema("papers")
     cast = lambda df: df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in pschema.fields])  # noqa: E731
     keyed = lambda df: df.withColumns(author_keys_spark(F.col("authors")))  # noqa: E731
-    papers_out = cast(keyed(papers)).unionByName(cast(keyed(title_only)))
+    papers_out = cast(keyed(papers)).unionByName(cast(keyed(cited_only.where("kept"))))
     rejects = (dfs["reject"].unionByName(dups).unionByName(cit_rejects)
                .unionByName(ref_rejects).unionByName(dangling))
     # entry_shares_author: decided here, where the citing paper's (completed) author list is in hand
     references = with_entry_shares_author(keyed(refs_res), keyed(papers))
     return {"papers": papers_out, "corpus": papers, "references": references, "mentions": mentions_out,
-            "rejects": rejects, "citance_mentions": cit_ments, "paper_cols": paper_cols,
+            "rejects": rejects, "citance_mentions": cit_ments, "cited_only": cited_only, "paper_cols": paper_cols,
             "warnings": dfs["warning"], "files": dfs["file"]}
 
 
-def summarise(t: dict, parsed: dict, found: dict | None = None) -> dict:
+def summarise(t: dict, parsed: dict, found: dict | None = None, roles: dict | None = None) -> dict:
     """Small per-source aggregates (collected: one row per source/reason, never per record).
-    `found`: files under each source's input roots, by listing (list_input)."""
+    `found`: files under each source's input roots, by listing (list_input); `roles`: each
+    source's input role(s) (source_roles). Cited-only papers count under their source (that of
+    their first citing reference): mapped, not mapped (kept as triplet positives) or left out."""
     from pyspark.sql import functions as F
 
     per: dict[str, dict] = {}
 
     def slot(src):
         return per.setdefault(src or "unknown", {"input_records": 0, "papers_corpus": 0, "papers_fulltext": 0,
-                                                 "papers_title_only": 0, "references": 0, "references_resolved": 0,
+                                                 "papers_mapped": 0, "papers_title_only": 0, "cited_only_mapped": 0,
+                                                 "cited_only_not_mapped": 0, "cited_only_left_out": 0,
+                                                 "references": 0, "references_resolved": 0,
                                                  "mentions": 0, "rejects": {}, "record_rejects": 0,
                                                  "files": {"found": 0, **{k: 0 for k in FILE_STATUSES}},
                                                  "warnings": 0})
 
     for src_name, n in (found or {}).items():
         slot(src_name)["files"]["found"] = n
+    for src_name, role in (roles or {}).items():
+        slot(src_name)["role"] = role
     for r in t["files"].groupBy("source", "status").count().collect():
         slot(r.source)["files"][r.status] = r["count"]
     for r in t["warnings"].groupBy("source").count().collect():
         slot(r.source)["warnings"] = r["count"]
 
     for r in t["corpus"].groupBy("source").agg(F.count("*").alias("n"),
-                                               F.sum(F.col("has_fulltext").cast("int")).alias("ft")).collect():
-        slot(r.source).update(papers_corpus=r.n, papers_fulltext=int(r.ft or 0))
+                                               F.sum(F.col("has_fulltext").cast("int")).alias("ft"),
+                                               F.sum(F.col("mapped").cast("int")).alias("m")).collect():
+        slot(r.source).update(papers_corpus=r.n, papers_fulltext=int(r.ft or 0), papers_mapped=int(r.m or 0))
     for r in t["papers"].where(~F.col("has_fulltext") & F.col("source_file").isNull()).groupBy("source").count().collect():
         slot(r.source)["papers_title_only"] = r["count"]
+    outcome = (F.when(F.col("mapped"), "cited_only_mapped").when(F.col("kept"), "cited_only_not_mapped")
+               .otherwise("cited_only_left_out"))
+    for r in t["cited_only"].groupBy("source", outcome.alias("outcome")).count().collect():
+        slot(r.source)[r.outcome] = r["count"]
     for r in t["rejects"].groupBy("source", "level", "reason").count().collect():
         d = slot(r.source)
         d["rejects"][r.reason] = d["rejects"].get(r.reason, 0) + r["count"]
@@ -416,6 +481,8 @@ def summarise(t: dict, parsed: dict, found: dict | None = None) -> dict:
             d["input_citances"] = p.get("citance", 0) + p.get("reject:citance", 0)
             d["check_citances"] = d["input_citances"] == d.get("citances_in_corpus", 0) + d.get("citance_rejects", 0)
         d["resolution_rate"] = round(d["references_resolved"] / d["references"], 4) if d["references"] else None
+        d["check_title_only_equals_cited_only_kept"] = (
+            d["papers_title_only"] == d["cited_only_mapped"] + d["cited_only_not_mapped"])
         f = d["files"]
         d["check_files_found_equals_accounted"] = f["found"] == sum(f[k] for k in FILE_STATUSES)
     return per
@@ -460,9 +527,28 @@ def check_inputs(cfg: IngestConfig) -> None:
     """Formats known and paths present: checked before Spark starts, so a typo is one sentence."""
     if not cfg.inputs:
         raise UserError("ingest has no inputs; list at least one {path, format, source} in [ingest] inputs")
+    if cfg.cited_only_min_citations < 0:
+        raise UserError(f"[ingest] cited_only_min_citations is {cfg.cited_only_min_citations}; set it to 0 "
+                        "(no cited-only paper mapped) or more (1 = every one)")
     for spec in cfg.inputs:
         check_format(spec.get("format"))
+        input_role(spec)
         resolve_input_path(spec.get("path", ""))
+
+
+def source_roles(inputs: list[dict]) -> dict[str, str]:
+    """Each source's role; a source read by inputs of different roles lists them ("map, train")."""
+    roles: dict[str, set] = {}
+    for spec in inputs:
+        roles.setdefault(spec.get("source"), set()).add(input_role(spec))
+    return {src: ", ".join(sorted(r)) for src, r in roles.items()}
+
+
+def cited_only_totals(per_source: dict) -> dict:
+    """Cited-only papers over all sources: mapped + not mapped + left out = all (the summary's)."""
+    keys = ("cited_only_mapped", "cited_only_not_mapped", "cited_only_left_out")
+    out = {k.removeprefix("cited_only_"): sum(d.get(k, 0) for d in per_source.values()) for k in keys}
+    return {"all": sum(out.values()), **out}
 
 
 def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize | None = None,
@@ -480,22 +566,24 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
         found[listing.source] = found.get(listing.source, 0) + listing.found
     raw = read_inputs(spark, cfg.inputs, used.value("read_partitions"), listings).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        t = build_tables(spark, raw)
+        t = build_tables(spark, raw, cfg.cited_only_min_citations)
         for name in ("papers", "references", "mentions"):
             t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
-        t["corpus"] = t["corpus"].persist(StorageLevel.MEMORY_AND_DISK)
+        for name in ("corpus", "cited_only"):  # the summary's counts read them again
+            t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
         root = Path(layout.root)
         root.mkdir(parents=True, exist_ok=True)
         for name in ("papers", "references", "mentions", "rejects", "warnings", "files"):
             write_spark_table(t[name], layout.table(name), name, partitions=used.value("output_partitions"))
-        per_source = summarise(t, raw_counts(raw), found)
+        per_source = summarise(t, raw_counts(raw), found, source_roles(cfg.inputs))
         listed = listed_files(t, per_source)
     finally:
         raw.unpersist()
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
     unaccounted = [s for s, d in per_source.items() if not d["check_files_found_equals_accounted"]]
-    summary = {"per_source": per_source, "check_input_equals_papers_plus_rejects": not bad,
+    summary = {"per_source": per_source, "cited_only": cited_only_totals(per_source),
+               "check_input_equals_papers_plus_rejects": not bad,
                "check_files_found_equals_accounted": not unaccounted, **listed,
                "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record()}
     write_json_atomic(layout.ingest_summary, summary)

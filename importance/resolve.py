@@ -6,9 +6,12 @@ Unresolved references still get a cited_id: doi:<doi>, else pmid:<pmid>, else th
 (arxiv:<id>), else ref:<first 16 hex of sha1(normalised title|year)>, else, for an entry with
 neither id nor title but a raw reference string, ref:<first 16 hex of sha1(normalised raw string)>
 (raw_norm: lowercase, every run of characters other than letters and digits one space, trimmed),
-and become title-only `papers` rows (has_fulltext = false, source = the citing paper's source;
-title null when the entry has none). A reference with neither an id, a title nor a raw string is
-rejected ("reference without any id, title or raw string").
+and are cited-only papers (has_fulltext = false, source = the citing paper's source; title null
+when the entry has none). A cited-only paper cited by at least `min_citations` mapped corpus papers
+is a mapped `papers` row; below that, one cited by a full-text paper is a papers row with mapped =
+false (a triplet positive needs its title) and the others are left out of papers (`kept` false).
+A reference with neither an id, a title nor a raw string is rejected ("reference without any id,
+title or raw string").
 """
 from __future__ import annotations
 
@@ -43,11 +46,13 @@ def corpus_keys(papers: DataFrame) -> DataFrame:
     return ids.unionByName(ty).groupBy("key").agg(F.min("paper_id").alias("paper_id"))
 
 
-def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Return (references with cited_id and `resolved` flag, title-only papers, rejects).
+def resolve_references(refs: DataFrame, papers: DataFrame,
+                       min_citations: int = 1) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Return (references with cited_id and `resolved` flag, cited-only papers with `kept`, rejects).
 
     refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
-    title_norm, raw, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source).
+    title_norm, raw, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source,
+    has_fulltext, mapped).
     """
     keys = corpus_keys(papers)
     cand = refs.select("citing_id", "ref_key", F.explode(F.array(
@@ -80,20 +85,26 @@ def resolve_references(refs: DataFrame, papers: DataFrame) -> tuple[DataFrame, D
     good = r.where(F.col("_reject").isNull()).drop("_reject")
     corpus_ids = papers.select(F.col("paper_id").alias("cited_id"))
     unresolved = good.where(~F.col("resolved")).join(corpus_ids, "cited_id", "left_anti")
-    title_only = title_only_papers(unresolved.join(src, "citing_id"))
-    return good, title_only, rejects
+    citing = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"),
+                           F.col("has_fulltext").alias("citing_fulltext"), F.col("mapped").alias("citing_mapped"))
+    return good, cited_only_papers(unresolved.join(citing, "citing_id"), min_citations), rejects
 
 
-def title_only_papers(unresolved: DataFrame) -> DataFrame:
-    """One papers row per unresolved cited_id; metadata from its first reference that has a title
-    (order: has title, citing_id, ref_key), so the choice is deterministic."""
+def cited_only_papers(unresolved: DataFrame, min_citations: int = 1) -> DataFrame:
+    """One papers row per unresolved cited_id, with `kept` and `mapped` (module docstring);
+    metadata from its first reference that has a title (order: has title, citing_id, ref_key), so
+    the choice is deterministic."""
     order = F.struct(F.col("title").isNull().alias("no_title"), "citing_id", "ref_key")
-    return unresolved.groupBy("cited_id").agg(
+    rows = unresolved.groupBy("cited_id").agg(
         F.min_by("title", order).alias("title"), F.min_by("authors", order).alias("authors"),
         F.min_by("year", order).alias("year"), F.min_by("citing_source", order).alias("source"),
         F.min_by("title_norm", order).alias("title_norm"),
-    ).select(F.col("cited_id").alias("paper_id"), "title", F.lit(None).cast("string").alias("abstract"),
-             "authors", "year", F.lit(None).cast("string").alias("venue"),
-             F.array().cast("array<string>").alias("fields"), F.array().cast("array<string>").alias("keywords"),
-             F.lit(None).alias("mesh"), "source",
-             F.lit(False).alias("has_fulltext"), F.lit(None).cast("string").alias("source_file"), "title_norm")
+        F.countDistinct(F.when(F.col("citing_mapped"), F.col("citing_id"))).alias("_cited_by"),
+        F.max(F.coalesce("citing_fulltext", F.lit(False))).alias("_by_fulltext"))
+    mapped = (F.lit(min_citations) > 0) & (F.col("_cited_by") >= F.lit(min_citations))
+    return rows.select(F.col("cited_id").alias("paper_id"), "title", F.lit(None).cast("string").alias("abstract"),
+                       "authors", "year", F.lit(None).cast("string").alias("venue"),
+                       F.array().cast("array<string>").alias("fields"), F.array().cast("array<string>").alias("keywords"),
+                       F.lit(None).alias("mesh"), "source",
+                       F.lit(False).alias("has_fulltext"), F.lit(None).cast("string").alias("source_file"),
+                       mapped.alias("mapped"), (mapped | F.col("_by_fulltext")).alias("kept"), "title_norm")

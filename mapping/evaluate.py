@@ -305,29 +305,31 @@ def _count(d: dict, *keys) -> float | None:
 
 
 def ingest_section(s: dict) -> list[str]:
-    """Per source: input records, papers, rejects by reason, and whether they add up.
+    """Per source: role, input records, papers, rejects by reason, and whether they add up.
 
-    Reads the ingest stage's `per_source` block ({source: {input_records, papers_corpus,
-    papers_fulltext, papers_title_only, references, references_resolved, record_rejects,
-    rejects: {reason: n}}}); the check input = papers + record rejects is recomputed here.
-    Anything else is shown raw."""
+    Reads the ingest stage's `per_source` block ({source: {role, input_records, papers_corpus,
+    papers_fulltext, papers_mapped, papers_title_only, cited_only_left_out, references,
+    references_resolved, record_rejects, rejects: {reason: n}}}); the check input = papers +
+    record rejects is recomputed here. A summary written before roles: every paper mapped, no
+    cited-only paper left out. Anything else is shown raw."""
     per = s.get("per_source") if isinstance(s, dict) else None
     if not isinstance(per, dict) or not per:
         return ["```json", json.dumps(s, indent=2, default=str)[:4000], "```"]
-    rows, totals = [], np.zeros(5, dtype=np.int64)
+    rows, totals = [], np.zeros(7, dtype=np.int64)
     for name, d in sorted(per.items()):
         n_in, n_pap, n_rej = d.get("input_records", 0), d.get("papers_corpus", 0), d.get("record_rejects", 0)
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted((d.get("rejects") or {}).items())) or "-"
         adds = "yes" if n_in == n_pap + n_rej else "NO"
         refs = f"{d.get('references', 0):,} ({d.get('references_resolved', 0):,} resolved)"
-        rows.append([name, n_in, n_pap, d.get("papers_fulltext", 0), d.get("papers_title_only", 0), refs,
-                     n_rej, reasons, adds])
-        totals += [n_in, n_pap, d.get("papers_fulltext", 0), d.get("papers_title_only", 0), n_rej]
-    rows.append(["**all**", *[int(x) for x in totals[:4]], "", int(totals[4]), "",
-                 "yes" if totals[0] == totals[1] + totals[4] else "NO"])
-    return _table(["source", "input records", "papers", "full text", "title-only cited", "references",
-                   "record rejects", "rejects by reason (all levels)", "input = papers + rejects"], rows) + \
-        files_section(s)
+        counts = [n_in, n_pap, d.get("papers_fulltext", 0), d.get("papers_mapped", n_pap),
+                  d.get("papers_title_only", 0), d.get("cited_only_left_out", 0)]
+        rows.append([name, d.get("role", "-"), *counts, refs, n_rej, reasons, adds])
+        totals += [*counts, n_rej]
+    rows.append(["**all**", "", *[int(x) for x in totals[:6]], "", int(totals[6]), "",
+                 "yes" if totals[0] == totals[1] + totals[6] else "NO"])
+    return _table(["source", "role", "input records", "papers", "full text", "mapped", "title-only cited",
+                   "cited-only left out", "references", "record rejects", "rejects by reason (all levels)",
+                   "input = papers + rejects"], rows) + files_section(s)
 
 
 def files_section(s: dict) -> list[str]:

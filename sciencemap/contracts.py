@@ -40,7 +40,10 @@ MESH = pa.struct([
 ])
 
 SCHEMAS: dict[str, pa.Schema] = {
-    # One row per paper: full-text corpus papers and title-only cited papers (has_fulltext=false).
+    # One row per paper: corpus papers and title-only cited papers (has_fulltext=false; also corpus
+    # papers whose body was not read: PubMed, "map" inputs). mapped: embedded and placed on the map
+    # (false: a "train" input's paper, or a cited-only paper under [ingest] cited_only_min_citations
+    # kept as a triplet positive; null in tables written before the column: mapped).
     # paper_id is stable and source-prefixed: doi:10.7554/elife.00003, acl:a00-1031, pmid:123.
     "papers": pa.schema([
         ("paper_id", pa.string()), ("title", pa.string()), ("abstract", pa.string()),
@@ -49,6 +52,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("year", pa.int32()), ("venue", pa.string()),
         ("fields", pa.list_(pa.string())), ("keywords", pa.list_(pa.string())), ("mesh", pa.list_(MESH)),
         ("source", pa.string()), ("has_fulltext", pa.bool_()), ("source_file", pa.string()),
+        ("mapped", pa.bool_()),
     ]),
     # One row per entry of a citing paper's reference list.
     "references": pa.schema([

@@ -5,7 +5,8 @@ The table is never held in memory. Shard k is the contiguous input rows
 [k * shard_size, (k + 1) * shard_size) in input order (files sorted by name, rows in file order),
 so the assignment is global and deterministic without a sort: a resumed run or another rank
 computes the same shards. A paper appears in exactly one shard; duplicates of an earlier paper_id
-are dropped (first row wins), found by one streamed pass over the paper_id column.
+are dropped (first row wins), found by one streamed pass over the paper_id column, and so are rows
+with `mapped` false (a "train" input's paper; contracts: null or no column = mapped).
 
 A shard is prepared in chunks of `chunk_rows` rows (the unit of work of a feed worker). Inside a
 chunk the documents are sorted by token length and cut into batches of at most `batch_size`
@@ -37,6 +38,8 @@ from sciencemap.storage import require_table, table_files
 from sciencemap.text import paper_text
 
 PAPER_COLUMNS = ["paper_id", "title", "abstract"]
+MAPPED_COLUMN = "mapped"
+NOT_MAPPED_REASON = "not mapped (a train-only paper, or a cited-only paper under cited_only_min_citations)"
 
 
 @dataclass
@@ -48,6 +51,7 @@ class InputPlan:
     row_groups: list[list[int]]          # rows per row group, per file
     dup_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted
     fingerprint: dict = field(default_factory=dict)
+    columns: list[str] = field(default_factory=lambda: list(PAPER_COLUMNS))  # read per chunk
 
     @property
     def n_rows(self) -> int:
@@ -100,9 +104,11 @@ def plan_input(path: Path) -> InputPlan:
     Memory: 17 bytes per row (two 64-bit hashes + a flag), not the texts."""
     files = table_files(require_table(path, "run the ingest stage first"))
     groups, described, h1s, h2s, valids = [], [], [], [], []
+    with_mapped = True
     for f in files:  # one open per file: footer, schema check, then its paper_id column
         reader = pq.ParquetFile(f)
         md = reader.metadata
+        with_mapped = with_mapped and MAPPED_COLUMN in reader.schema_arrow.names
         missing = set(PAPER_COLUMNS) - set(reader.schema_arrow.names)
         if missing:
             raise UserError(f"{f} lacks column(s) {sorted(missing)}; the papers table must have "
@@ -124,7 +130,8 @@ def plan_input(path: Path) -> InputPlan:
         first_row = dict(zip(h1[rows[first]].tolist(), rows[first].tolist()))
         dup = np.array([r for r in dup.tolist() if h2[first_row[int(h1[r])]] == h2[r]], np.int64)
     ids_hash = hashlib.sha256(h1.tobytes() + h2.tobytes() + valid.tobytes()).hexdigest()
-    plan = InputPlan(root=path, files=files, row_groups=groups, dup_rows=np.sort(dup).astype(np.int64))
+    plan = InputPlan(root=path, files=files, row_groups=groups, dup_rows=np.sort(dup).astype(np.int64),
+                     columns=PAPER_COLUMNS + [MAPPED_COLUMN] if with_mapped else list(PAPER_COLUMNS))
     plan.fingerprint = {"files": described, "n_rows": plan.n_rows, "ids_sha256": ids_hash}
     return plan
 
@@ -258,16 +265,19 @@ def _column_hashes(values: list, key: str) -> np.ndarray:
 def read_chunk(spec: FeedSpec, lo: int, hi: int) -> tuple[list[str], list[str], list[dict], np.ndarray]:
     """Rows [lo, hi): kept ids, their texts, the skipped rows with a reason, and per-row hashes of
     the kept rows' content as read (the shard's content hash; vectorised, no per-paper digest)."""
-    t = spec.plan.read_rows(lo, hi, PAPER_COLUMNS)
+    t = spec.plan.read_rows(lo, hi, spec.plan.columns)
     pids, titles, abstracts = (t[c].to_pylist() for c in PAPER_COLUMNS)
+    mapped = t[MAPPED_COLUMN].to_pylist() if MAPPED_COLUMN in t.column_names else [None] * t.num_rows
     dups = spec.plan.dups_in(lo, hi)
     ids, texts, skipped, kept = [], [], [], []
-    for i, (pid, ti, ab) in enumerate(zip(pids, titles, abstracts)):
+    for i, (pid, ti, ab, on_map) in enumerate(zip(pids, titles, abstracts, mapped)):
         text = paper_text(ti, ab, spec.sep)
         if pid is None:
             skipped.append({"row": lo + i, "paper_id": None, "reason": "null paper_id"})
         elif lo + i in dups:
             skipped.append({"row": lo + i, "paper_id": pid, "reason": "duplicate paper_id"})
+        elif on_map is False:
+            skipped.append({"row": lo + i, "paper_id": pid, "reason": NOT_MAPPED_REASON})
         elif not text:
             skipped.append({"row": lo + i, "paper_id": pid, "reason": "no title and no abstract"})
         else:

@@ -3,6 +3,8 @@
 Pure Python (lxml, csv, json), so they run on Spark executors and in tests without Spark.
 `parse_file(fmt, source, path, data)` dispatches on the format name used by IngestConfig;
 `parse_file_accounted` adds one `file` record saying what became of the file (the files table).
+`bodies=False` (a "map" input, importance.ingest): the readers of full-text formats give the paper
+(has_fulltext false) and its reference list, and neither read the body nor classify sections.
 """
 from __future__ import annotations
 
@@ -22,16 +24,21 @@ GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,jso
          # annotation files (.txt, .csv) are read beside the Citance_XML files, and each is also
          # given to the reader itself, which accounts for its rows and marks it auxiliary
          "clscisumm": "*.{xml,txt,csv}"}
+# Formats whose papers have a body; their readers take `bodies`.
+FULLTEXT_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive", "clscisumm"))
 
 
 def known_formats() -> str:
     return ", ".join(sorted(FORMATS))
 
 
-def parse_file(fmt: str, source: str, path: str, data: bytes) -> Iterator[tuple[str, dict]]:
+def parse_file(fmt: str, source: str, path: str, data: bytes, bodies: bool = True) -> Iterator[tuple[str, dict]]:
     """Parse one file; any failure of the whole file becomes one reject record, never an exception."""
     try:
-        yield from FORMATS[fmt](path, data, source)
+        if fmt in FULLTEXT_FORMATS:
+            yield from FORMATS[fmt](path, data, source, bodies=bodies)
+        else:
+            yield from FORMATS[fmt](path, data, source)
     except BadRecord as e:
         yield _whole_file_reject(path, str(e) or "unreadable (no reason given)", source)
     except Exception as e:  # a parser bug or odd input must not kill the whole job
@@ -44,7 +51,8 @@ def _whole_file_reject(path: str, reason: str, source: str) -> tuple[str, dict]:
     return kind, rec
 
 
-def parse_file_accounted(fmt: str, source: str, path: str, data: bytes) -> Iterator[tuple[str, dict]]:
+def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
+                         bodies: bool = True) -> Iterator[tuple[str, dict]]:
     """parse_file's records, then one `file` record (contracts "files"): status parsed | rejected |
     skipped | auxiliary, the input records it gave, and the reason where it is not simply parsed.
 
@@ -52,7 +60,7 @@ def parse_file_accounted(fmt: str, source: str, path: str, data: bytes) -> Itera
     failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason."""
     counts = {"papers": 0, "record_rejects": 0, "citances": 0, "warnings": 0}
     declared, failure, citance_records = None, None, 0
-    for kind, rec in parse_file(fmt, source, path, data):
+    for kind, rec in parse_file(fmt, source, path, data, bodies):
         if kind == FILE:
             declared = rec
             continue

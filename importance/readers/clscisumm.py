@@ -156,8 +156,9 @@ def _annotation_file_rows(path: str, stamp: tuple[int, int], rp: str) -> tuple[d
     return tuple(rows)
 
 
-def parse(path: str, data: bytes, source: str):
-    """Generator: a paper file's records, an annotation file's status and row rejects, or 'skipped'."""
+def parse(path: str, data: bytes, source: str, bodies: bool = True):
+    """Generator: a paper file's records, an annotation file's status and row rejects, or 'skipped'.
+    Without bodies a paper gives no sentence records; its citances are keyed by their own text."""
     parts = path.rstrip("/").split("/")
     name, kind = parts[-1], (parts[-2] if len(parts) >= 2 else "")
     rp = parts[-3] if len(parts) >= 3 else ""
@@ -170,7 +171,7 @@ def parse(path: str, data: bytes, source: str):
     pid = name[:-4]
     anns = _annotations_for(path, rp, pid) if kind == "Citance_XML" and rp else None
     try:
-        out, by_sid = _paper(path, pid, data, source)
+        out, by_sid = _paper(path, pid, data, source, bodies)
     except BadRecord as e:  # its annotated rows go with it, each a citance reject
         for a in anns or []:
             yield reject(path, a["record_id"], f"citing paper's Citance_XML file rejected: {e}"[:500], source,
@@ -181,8 +182,8 @@ def parse(path: str, data: bytes, source: str):
         yield from _citances(path, rp, pid, out[0][1]["paper_id"], by_sid, anns, source)
 
 
-def _paper(path: str, pid: str, data: bytes, source: str):
-    """The PAPER record, its warning if recovered, its SENTENCE records; and the key of each sid."""
+def _paper(path: str, pid: str, data: bytes, source: str, bodies: bool = True):
+    """The PAPER record, its warning if recovered, its SENTENCE records (bodies); and the key of each sid."""
     data = decompress(path, data)
     root, recovery = parse_xml(data, "PAPER", keep_truncated=True)
     if root.tag != "PAPER":
@@ -198,9 +199,11 @@ def _paper(path: str, pid: str, data: bytes, source: str):
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract,
         "authors": [], "year": acl_year(pid), "venue": VENUES.get(pid[:1].upper(), "ACL Anthology") if acl_year(pid)
-        else None, "fields": [FIELD], "keywords": [], "mesh": [], "source": source, "has_fulltext": True,
+        else None, "fields": [FIELD], "keywords": [], "mesh": [], "source": source, "has_fulltext": bodies,
         "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": [paper_id]})]
     out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
+    if not bodies:
+        return out, {}
     sentences, by_sid = section_sentences(root, paper_id, path)
     return out + sentences, by_sid
 

@@ -114,7 +114,8 @@ def author_keywords(meta, lang: str | None = None) -> list[str]:
     return keyword_list(values)
 
 
-def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
+def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
+    """The paper, its references and (bodies) its mentions; without bodies the <body> is not read."""
     data = decompress(path, data)
     # A truncated article is rejected, not recovered: recovery would silently drop its reference list.
     root, recovery = parse_xml(data, "article")
@@ -174,7 +175,7 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
 
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": authors, "year": year,
-        "venue": venue, "fields": fields, "keywords": keywords, "mesh": [], "source": source, "has_fulltext": True,
+        "venue": venue, "fields": fields, "keywords": keywords, "mesh": [], "source": source, "has_fulltext": bodies,
         "source_file": path, "ord": 0, "title_norm": norm_title(title), "alt_ids": alt_ids})]
     out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
 
@@ -227,6 +228,8 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
             "citing_id": paper_id, "ref_key": key, "title": rtitle, "authors": rauthors,
             "year": ryear, "doi": rdoi, "pmid": rpmid,
             "hint_id": hint, "title_norm": norm_title(rtitle), "raw": raw, "source_file": path}))
+    if not bodies:
+        return out
 
     blocks = top_blocks(root.find("body"))
     titles = [b[0] for b in blocks]

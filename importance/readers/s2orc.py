@@ -75,8 +75,9 @@ def _lines(path: str, data: bytes):
         raise BadRecord(f"truncated or corrupt gzip after line {n}: {e}") from None
 
 
-def parse(path: str, data: bytes, source: str):
-    """Generator: records of every good line, one reject per bad line."""
+def parse(path: str, data: bytes, source: str, bodies: bool = True):
+    """Generator: records of every good line, one reject per bad line; without bodies no line's
+    body_text is read (paper and references only)."""
     n_lines = 0
     for lineno, raw in _lines(path, data):
         if not raw.strip():
@@ -97,7 +98,7 @@ def parse(path: str, data: bytes, source: str):
             yield reject(path, rid, reason[:500], source)
             continue
         try:
-            recs = parse_doc(doc, path, source, lineno)
+            recs = parse_doc(doc, path, source, lineno, bodies)
         except BadRecord as e:
             yield reject(path, rid, str(e), source)
             continue
@@ -150,7 +151,7 @@ def _fields_of_study(doc: dict, meta: dict) -> list[str]:
     return names
 
 
-def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str, dict]]:
+def parse_doc(doc: dict, path: str, source: str, lineno: int, bodies: bool = True) -> list[tuple[str, dict]]:
     if not isinstance(doc, dict):
         raise BadRecord(f"line {lineno} is not a JSON object")
     meta = doc.get("metadata") or {}
@@ -186,13 +187,15 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int) -> list[tuple[str,
         "paper_id": paper_id, "title": title, "abstract": abstract, "authors": _authors(meta),
         "year": year, "venue": venue, "fields": fields, "keywords": [], "mesh": [],
         "source": source,
-        "has_fulltext": True, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
+        "has_fulltext": bodies, "source_file": path, "ord": lineno, "title_norm": norm_title(title),
         "alt_ids": alt_ids})]
     out += [reject(path, paper_id, f"unknown arXiv category {c!r} (not in importance/data/arxiv_archives.tsv): "
                    "no field from it", source, level="item") for c in unknown]
 
     for key, bib in (doc.get("bib_entries") or {}).items():
         out.append((REF, _reference(paper_id, key, bib or {}, path, year)))
+    if not bodies:
+        return out
 
     sections = top_sections(doc.get("body_text") or [])
     titles = [sec.title for sec in sections]

@@ -68,8 +68,10 @@ def _folder_id(path: str) -> str:
 RECOVERY_UNITS = (("SECTION", "sections"), ("S", "sentences"))
 
 
-def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
-    """Content first (empty, not text, wrong encoding, not XML/JSON, truncated), then the names."""
+def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
+    """Content first (empty, not text, wrong encoding, not XML/JSON, truncated), then the names.
+    Without bodies a paper gives no sentence records (its sections are not read); citances are
+    read either way: they are the citation links."""
     name = path.rsplit("/", 1)[-1]
     base = re.sub(r"\.gz$", "", name)
     data = decompress(path, data)
@@ -77,11 +79,11 @@ def parse(path: str, data: bytes, source: str) -> list[tuple[str, dict]]:
     if base.startswith("citing_sentences") and base.endswith(".json"):
         return _parse_citances(path, data, source)
     if base.endswith(".xml"):
-        return _parse_paper(path, base[:-4], data, source)
+        return _parse_paper(path, base[:-4], data, source, bodies)
     raise BadRecord(f"not a ScisummNet file: {name} (a folder holds <ACL id>.xml and citing_sentences.json)")
 
 
-def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[str, dict]]:
+def _parse_paper(path: str, acl: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
     root, recovery = parse_xml(data, "PAPER")
     if root.tag != "PAPER":
         raise BadRecord(f"not a ScisummNet paper (root element <{root.tag}>)")
@@ -96,9 +98,11 @@ def _parse_paper(path: str, acl: str, data: bytes, source: str) -> list[tuple[st
     out: list[tuple[str, dict]] = [(PAPER, {
         "paper_id": paper_id, "title": html.unescape(title), "abstract": abstract, "authors": [],
         "year": acl_year(acl), "venue": VENUES.get(acl[0].upper(), "ACL Anthology"), "fields": [FIELD],
-        "keywords": [], "mesh": [], "source": source, "has_fulltext": True, "source_file": path, "ord": 0,
+        "keywords": [], "mesh": [], "source": source, "has_fulltext": bodies, "source_file": path, "ord": 0,
         "title_norm": norm_title(title), "alt_ids": [paper_id]})]
     out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
+    if not bodies:
+        return out
     sentences, _ = section_sentences(root, paper_id, path)
     return out + sentences
 

@@ -253,3 +253,16 @@ def test_knn_real_checks_a_runs_recall_against_an_independent_exact_search(repo_
     verdict(p, "the stage's recall@10", "MISSED", ">= 1.0100")
     line = verdict(p, "|the stage's recall - independent exact search's|", "met", "<= 0.0100")
     assert f"the stage's {s['recall_at_k']} on 300 queries" in p.stdout, (line, p.stdout)
+
+
+def test_ingest_roles_misses_an_unreachable_ratio(repo_root, tmp_path):
+    elife = tmp_path / "elife"
+    elife.mkdir()
+    for p in sorted((repo_root / "sample" / "elife").glob("*.xml.gz"))[:3]:
+        (elife / p.name).write_bytes(p.read_bytes())
+    p = bench(repo_root, "ingest_roles.py", "--input", elife, "--run", tmp_path / "run", "--target-ratio", 1e9)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "train time / map time", "MISSED", ">= 1000000000.00")
+    for name in ("same corpus papers (ids)", "same references (citing, key, cited)", "no mention from the map role"):
+        verdict(p, name, "met")
+    assert summary(p) == (1, 0, 1)

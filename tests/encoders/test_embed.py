@@ -16,6 +16,7 @@ import torch
 from encoders.embed import (COMPILE_MIN_TOKENS, CompiledForward, EmbedConfig, FeedShape, FeedSpec, PooledForward,
                             inference_forward, pad_batch, plan_input, prepare_chunk, run_embed,
                             token_budget_batches)
+from encoders.embed.feed import NOT_MAPPED_REASON
 from encoders.model import load_encoder, resolve_model
 from sciencemap.contracts import EMBEDDING_SHARD_META_KEY, SCHEMAS
 from sciencemap.embeddings import load_embeddings as read_embeddings
@@ -134,6 +135,23 @@ def test_missing_text_never_crashes_a_shard(tmp_path, enc):
     assert [(s["paper_id"], s["reason"]) for s in chunk.skipped] == [
         ("a", "no title and no abstract"), ("b", "no title and no abstract"), ("c", "no title and no abstract")]
     assert unpadded(chunk) == enc.token_ids(["Dopamine and reward", "Sleep spindles"])
+
+
+def test_unmapped_papers_are_skipped(tmp_path, enc):
+    """mapped false (a "train" input's paper) is skipped with its reason; null is mapped (tables
+    written before the column), and a table without the column maps every paper."""
+    d = tmp_path / "papers"
+    d.mkdir()
+    pq.write_table(pa.table({"paper_id": ["a", "b", "c"], "title": ["Dopamine", "Sleep", "Reward"],
+                             "abstract": [None, None, None], "mapped": [True, False, None]}), d / "part-0.parquet")
+    shape = FeedShape(batch_size=4, max_tokens=0, chunk_rows=10)
+    spec = FeedSpec(plan=plan_input(d), tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=10, shape=shape)
+    chunk = prepare_chunk(spec, 0, 0, 3, True)
+    assert chunk.ids == ["a", "c"] and [(s["paper_id"], s["reason"]) for s in chunk.skipped] == [("b", NOT_MAPPED_REASON)]
+    pq.write_table(pa.table({"paper_id": ["a", "b"], "title": ["Dopamine", "Sleep"], "abstract": [None, None]}),
+                   d / "part-0.parquet")
+    spec = FeedSpec(plan=plan_input(d), tokenizer=enc.tokenizer, max_length=L, sep=enc.sep, shard_size=10, shape=shape)
+    assert prepare_chunk(spec, 0, 0, 2, True).ids == ["a", "b"]
 
 
 def unpadded(chunk) -> list[list[int]]:

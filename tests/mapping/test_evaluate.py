@@ -23,7 +23,8 @@ def test_run_evaluate_report(tmp_path, make_run):
     run_knn(KnnConfig(k=8), layout)
     run_cluster(ClusterConfig(resolutions=[0.01, 0.2], min_cluster_size=2), layout)
     layout.ingest_summary.write_text(json.dumps({"per_source": {
-        "elife": {"input_records": 10, "papers_corpus": 9, "papers_fulltext": 9, "papers_title_only": 40,
+        "elife": {"role": "train+map", "input_records": 10, "papers_corpus": 9, "papers_fulltext": 9,
+                  "papers_mapped": 9, "papers_title_only": 40, "cited_only_left_out": 2,
                   "references": 50, "references_resolved": 5, "record_rejects": 1, "rejects": {"no body": 1}},
         "pubmed": {"input_records": 5, "papers_corpus": 5, "record_rejects": 1, "rejects": {"x": 1}}}}))
     layout.importance_summary.write_text(json.dumps({"table3": [
@@ -42,7 +43,8 @@ def test_run_evaluate_report(tmp_path, make_run):
     assert list(m["network"]["graphs"]) == ["knn", "random"]          # no references table: no citation graph
     report = layout.report_md.read_text()
     for part in ("## Input", "## Citation importance", "## Training", "## MeSH clustering accuracy",
-                 "## Network statistics", "| elife | 10 | 9 |", "NO", "f_I", "n_triplets: 123",
+                 "## Network statistics", "| elife | train+map | 10 | 9 | 9 | 9 | 40 | 2 |",
+                 "| pubmed | - | 5 | 5 |", "NO", "f_I", "n_triplets: 123",
                  "average clustering", "| statistic | kNN | random (kNN density) |"):
         assert part in report, part
 
