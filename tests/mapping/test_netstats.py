@@ -6,8 +6,10 @@ import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from mapping import netstats
 from mapping.cluster import build_graph
-from mapping.netstats import (Links, edge_overlap, link_keys, links_in_graph, network_stats, random_graph,
+from mapping.netstats import (CLUSTERING_ALL_BELOW, PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
+                              links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
                               sorted_unique)
 
 
@@ -156,3 +158,41 @@ def test_sorted_unique_equals_numpy_unique():
     rng = np.random.default_rng(6)
     for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64)):
         assert np.array_equal(sorted_unique(k.astype(np.int64)), np.unique(k))
+
+
+def test_sample_sizes_follow_n_unless_set():
+    # small graphs: every node for the clustering coefficient; the path defaults capped at n
+    assert sample_sizes(14_000) == (14_000, PATH_SOURCES, PATH_TARGETS)
+    assert sample_sizes(150) == (150, 150, 150)
+    # large graphs: fixed samples whose standard error does not grow with n
+    assert sample_sizes(33_000_000) == (CLUSTERING_ALL_BELOW, PATH_SOURCES, PATH_TARGETS)
+    assert 0.5 / np.sqrt(CLUSTERING_ALL_BELOW) <= 0.001
+    # explicit settings win, 0 included (every node / no path lengths / every target)
+    assert sample_sizes(33_000_000, clustering=0, sources=0, targets=0) == (0, 0, 0)
+    assert sample_sizes(14_000, clustering=100, sources=7, targets=9) == (100, 7, 9)
+
+
+def test_unset_clustering_sample_samples_only_large_graphs(monkeypatch):
+    g = _random_graph(400, 1200, seed=4)
+    every = network_stats(g, path_sample=0, clustering_sample=0)
+    assert network_stats(g, path_sample=0) == every and "clustering_sample" not in every
+    monkeypatch.setattr(netstats, "CLUSTERING_ALL_BELOW", 100)
+    s = network_stats(g, path_sample=0)
+    assert s["clustering_sample"] == 100
+    assert s == network_stats(g, path_sample=0, clustering_sample=100)
+
+
+def test_parallel_breadth_first_searches_give_the_sequential_answer():
+    g = _random_graph(2000, 2600, seed=5).igraph()     # sparse: unreachable pairs too
+    rng = np.random.default_rng(0)
+    src, tgt = np.sort(rng.choice(2000, 70, replace=False)), np.sort(rng.choice(2000, 300, replace=False))
+    one = sampled_path_length(g, src, tgt, per_call=4, workers=1)
+    for workers, per_call in ((2, 4), (3, 16), (8, 1)):
+        assert sampled_path_length(g, src, tgt, per_call=per_call, workers=workers) == one
+    d = np.asarray(g.distances(source=src.tolist(), target=tgt.tolist()), float)
+    ok = np.isfinite(d) & (d > 0)
+    assert one[:2] == (d[ok].mean(), int(ok.sum()))
+    # the standard error: the ratio estimator over the sources, against its formula written out
+    s, c = np.where(ok, d, 0).sum(axis=1), ok.sum(axis=1)
+    k, r = len(s), s.sum() / c.sum()
+    assert one[2] == pytest.approx(np.sqrt(np.sum(((s - r * c) / c.mean()) ** 2) / (k * (k - 1))), rel=1e-12)
