@@ -279,7 +279,7 @@ def network_child(args) -> None:
         digests.append({k: [g.m, g.n, _digest(g.lo, g.hi, g.a)] for k, g in gs.items()})
         del gs
     t_cite = time.perf_counter() - t0
-    cfg = evaluate.EvaluateConfig()
+    cfg = evaluate.EvaluateConfig(**({"path_sample": args.path_sample} if args.path_sample is not None else {}))
     t1 = time.perf_counter()
     if shared:
         keys = citations.links_among_ids()
@@ -289,8 +289,9 @@ def network_child(args) -> None:
     else:
         net = evaluate.networks(layout, ids, cfg)
     t_net = time.perf_counter() - t1
-    workers_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"cite_s": t_cite, "network_s": t_net, "seconds": time.perf_counter() - t0,
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers_mb = workers.ru_maxrss / 1024
+    print(json.dumps({"cpu_s": own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime, "cite_s": t_cite, "network_s": t_net, "seconds": time.perf_counter() - t0,
                       "peak_mb": rss_mb(), "base_mb": base, "workers_peak_mb": workers_mb,
                       "graphs": digests, "network": net}, default=float))
 
@@ -305,14 +306,14 @@ def make_reference_tree(ref: str) -> Path:
 
 def measure_network(kind: str, run: Path, args, tree: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", "network", "--run", str(run), "--focal", str(args.focal),
-           "--criteria", str(args.criteria)]
+           "--criteria", str(args.criteria)] + ([] if args.path_sample is None else ["--path-sample", str(args.path_sample)])
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(f"{kind}: {' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     print(f"  {kind:9s}: citation graphs {r['cite_s']:7.1f} s, networks {r['network_s']:7.1f} s, total "
-          f"{r['seconds']:7.1f} s; peak RSS {r['peak_mb']:7,.0f} MB (after imports {r['base_mb']:,.0f} MB; "
+          f"{r['seconds']:7.1f} s ({r['cpu_s']:,.0f} CPU s); peak RSS {r['peak_mb']:7,.0f} MB (after imports {r['base_mb']:,.0f} MB; "
           f"largest search worker {r['workers_peak_mb']:,.0f} MB, pages shared)", flush=True)
     return r
 
@@ -343,12 +344,14 @@ def network_main(args) -> int:
           f"({info['corpus_internal']:,} to corpus papers, the most cited {info['most_cited']:,} times), kNN k={args.k}; "
           f"{args.criteria} criteria of {args.focal:,} focal papers; {os.cpu_count()} cores "
           f"(data {time.perf_counter() - t:.0f} s, {run})", flush=True)
+    print(f"  load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     tree = make_reference_tree(args.ref)
     try:
         old = measure_network(f"previous ({args.ref})", run, args, tree)
         new = measure_network("new", run, args, REPO)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True)
+    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     print(f"  new/previous: time {new['seconds'] / old['seconds']:.2f} (citation graphs "
           f"{new['cite_s'] / old['cite_s']:.2f}, networks {new['network_s'] / old['network_s']:.2f}), peak RSS "
           f"{new['peak_mb'] / old['peak_mb']:.2f}", flush=True)
@@ -402,6 +405,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=20, help="--network: kNN neighbours a paper")
     ap.add_argument("--focal", type=int, default=20_000, help="--network: papers a criterion")
     ap.add_argument("--criteria", type=int, default=3, help="--network: focal sets (criteria)")
+    ap.add_argument("--path-sample", type=int, help="--network: path-length sources in both runs (default: the stage's)")
     ap.add_argument("--child", choices=("new", "reference", "network"), help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
     Verdicts.add_arguments(ap)

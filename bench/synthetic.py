@@ -167,7 +167,8 @@ def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, r
       times, a few thousands of times). A paper may cite itself or the same paper twice (rare;
       the readers drop and count both).
     - A share `unresolved_share` of the cited ids is null (references not matched to a paper).
-    Returns the counts: references, corpus-internal ones, the most cited corpus paper's count."""
+    Returns the counts: references (rows), those to corpus papers (resolved or not), the most
+    cited corpus paper's resolved citations."""
     run = Path(run)
     topic_of = np.asarray(topic_of)
     n = len(topic_of)
@@ -203,11 +204,12 @@ def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, r
         cited[inside] = by_topic[np.minimum(np.searchsorted(cum, target, side="right"), n - 1)]
         out_rows = np.flatnonzero(outside)
         cited[out_rows] = np.minimum(np.searchsorted(outside_cum, u[out_rows] * outside_cum[-1], side="right"), n - 1)
-        cited_count += np.bincount(cited[inside], minlength=n)
+        unresolved = rng.random(m) < unresolved_share
+        cited_count += np.bincount(cited[inside[~unresolved[inside]]], minlength=n)
         citing_ids = pa.array(np.char.add(f"{id_prefix}:", citing.astype(str)).astype(object), pa.string())
         cited_ids = np.where(outside, np.char.add(f"{outside_prefix}:", cited.astype(str)),
                              np.char.add(f"{id_prefix}:", cited.astype(str))).astype(object)
-        cited_ids[rng.random(m) < unresolved_share] = None
+        cited_ids[unresolved] = None
         cols = {f.name: pa.nulls(m, f.type) for f in schema}
         cols["citing_id"], cols["cited_id"] = citing_ids, pa.array(cited_ids, pa.string())
         pq.write_table(pa.table(cols, schema=schema), out / f"part-{k:05d}.parquet")
