@@ -48,7 +48,7 @@ from mapping.netstats import Links, default_workers, edge_overlap, network_stats
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 1 << 16          # rows per Arrow batch read from the papers / references tables
+BATCH_ROWS = 1 << 16          # rows per Arrow batch read from the papers table
 
 
 @dataclass
@@ -64,9 +64,9 @@ class EvaluateConfig:
     path_targets: int | None = setting(None, "target nodes sampled for the average shortest path (0 = every node; "
                                              "unset: 1,000, every node below; each source costs one breadth-first "
                                              "search over the graph either way)")
-    clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (0 = every "
-                                                  "node; unset: every node up to 250,000, then 250,000 seeded nodes, "
-                                                  "standard error <= 0.001)")
+    clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (unset or "
+                                                  "0 = every node: igraph's all-node pass is faster than a sample; "
+                                                  "METHODS.md §5.5)")
     path_workers: int = setting(0, "processes running the shortest-path searches (0 = one per core); same "
                                    "figures whatever the number")
     random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "

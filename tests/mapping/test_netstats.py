@@ -6,9 +6,8 @@ import pytest
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from mapping import netstats
 from mapping.cluster import build_graph
-from mapping.netstats import (CLUSTERING_ALL_BELOW, PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
+from mapping.netstats import (PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
                               links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
                               sorted_unique)
 
@@ -161,25 +160,22 @@ def test_sorted_unique_equals_numpy_unique():
 
 
 def test_sample_sizes_follow_n_unless_set():
-    # small graphs: every node for the clustering coefficient; the path defaults capped at n
+    # the clustering coefficient over every node at any n (igraph's fast path); paths capped at n
     assert sample_sizes(14_000) == (14_000, PATH_SOURCES, PATH_TARGETS)
     assert sample_sizes(150) == (150, 150, 150)
-    # large graphs: fixed samples whose standard error does not grow with n
-    assert sample_sizes(33_000_000) == (CLUSTERING_ALL_BELOW, PATH_SOURCES, PATH_TARGETS)
-    assert 0.5 / np.sqrt(CLUSTERING_ALL_BELOW) <= 0.001
+    # large graphs: fixed path samples whose cost and standard error do not grow with n
+    assert sample_sizes(33_000_000) == (33_000_000, PATH_SOURCES, PATH_TARGETS)
     # explicit settings win, 0 included (every node / no path lengths / every target)
     assert sample_sizes(33_000_000, clustering=0, sources=0, targets=0) == (0, 0, 0)
     assert sample_sizes(14_000, clustering=100, sources=7, targets=9) == (100, 7, 9)
 
 
-def test_unset_clustering_sample_samples_only_large_graphs(monkeypatch):
-    g = _random_graph(400, 1200, seed=4)
-    every = network_stats(g, path_sample=0, clustering_sample=0)
-    assert network_stats(g, path_sample=0) == every and "clustering_sample" not in every
-    monkeypatch.setattr(netstats, "CLUSTERING_ALL_BELOW", 100)
-    s = network_stats(g, path_sample=0)
-    assert s["clustering_sample"] == 100
-    assert s == network_stats(g, path_sample=0, clustering_sample=100)
+def test_unset_samples_give_the_figures_of_the_previous_defaults():
+    g = _random_graph(1500, 4000, seed=4)
+    unset = network_stats(g)
+    old_defaults = network_stats(g, path_sample=200, path_targets=1000, clustering_sample=0)
+    assert unset == old_defaults and "clustering_sample" not in unset
+    assert unset["shortest_path_sources"] == 200 and unset["shortest_path_targets"] == 1000
 
 
 def test_parallel_breadth_first_searches_give_the_sequential_answer():
