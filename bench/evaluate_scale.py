@@ -282,10 +282,9 @@ def network_child(args) -> None:
     cfg = evaluate.EvaluateConfig(**({"path_sample": args.path_sample} if args.path_sample is not None else {}))
     t1 = time.perf_counter()
     if shared:
-        keys = citations.links_among_ids()
+        citation = evaluate.citation_graph(citations)
         del citations, source
-        net = evaluate.networks(layout, ids, cfg, keys)
-        del keys
+        net = evaluate.networks(layout, ids, cfg, citation)
     else:
         net = evaluate.networks(layout, ids, cfg)
     t_net = time.perf_counter() - t1

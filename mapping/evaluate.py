@@ -43,7 +43,7 @@ from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
-from mapping.citation_graphs import read_citations
+from mapping.citation_graphs import Citations, read_citations
 from mapping.netstats import Links, default_workers, edge_overlap, network_stats, random_graph
 
 log = logging.getLogger(__name__)
@@ -186,16 +186,20 @@ def mesh_evaluation(papers: ds.Dataset, clusters: ds.Dataset, vector_ids: pa.Arr
     return out
 
 
+def citation_graph(citations: Citations) -> Links:
+    """The direct-citation graph on the vector-store rows (the ids `citations` were read against)."""
+    return Links.from_keys(citations.links_among_ids(), len(citations.ids))
+
+
 GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (kNN density)",
                 "random_citation": "random (citation density)"}
 
 
-def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig,
-             citation_keys: np.ndarray | None = None) -> dict:
+def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig, citation: Links | None = None) -> dict:
     """Table 6 statistics of the kNN, direct-citation and random graphs on the vector-store rows
     and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
-    `citation_keys`: the direct-citation links as sorted link keys (Citations.links_among_ids;
-    None: no citation graph). One graph's igraph copy at a time; the kNN weights are dropped at once."""
+    `citation`: the direct-citation graph (`citation_graph`; None: none). One graph's igraph copy
+    at a time; the kNN weights are dropped at once."""
     knn = load_graph(layout)
     n = knn.n
     if n != len(vector_ids):
@@ -203,9 +207,10 @@ def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig,
                         "re-run the knn and cluster stages")
     graphs = {"knn": Links(n, knn.lo, knn.hi)}
     del knn
-    if citation_keys is not None:
-        graphs["citation"] = Links.from_keys(citation_keys, n)
-        del citation_keys
+    if citation is not None:
+        if citation.n != n:
+            raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
+        graphs["citation"] = citation
     graphs["random"] = random_graph(n, graphs["knn"].m, cfg.random_graph_seed)
     if cfg.random_citation_graph and "citation" in graphs:
         graphs["random_citation"] = random_graph(n, graphs["citation"].m, cfg.random_graph_seed + 1)
@@ -481,10 +486,10 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
         lines += compare_section(cmp, cfg)
 
     t2 = time.perf_counter()
-    citation_keys = citations.links_among_ids() if citations is not None else None
+    citation = citation_graph(citations) if citations is not None else None
     del citations                      # freed before the kNN graph is loaded
-    net = networks(layout, vector_ids, cfg, citation_keys)
-    del citation_keys
+    net = networks(layout, vector_ids, cfg, citation)
+    del citation
     del vector_ids
     metrics["network"] = net
     t_net = time.perf_counter() - t2
