@@ -176,14 +176,18 @@ class Citations:
 
 
 def read_citations(references, ids: pa.Array | pa.ChunkedArray, batch_size: int = BATCH_ROWS,
-                   chunk_rows: int | None = None) -> Citations:
+                   chunk_rows: int | None = None, with_an_end_in_ids: bool = False) -> Citations:
     """One pass over a references Dataset or Table (citing_id and cited_id only, in Arrow batches):
     every resolved (citing, cited) pair as codes (`Citations`), ids looked up `chunk_rows` rows at
     a time (default: at least as many as there are ids, known or met, so building the hash tables
-    costs no more than the look-ups). Rows with a null id are counted as unresolved and skipped."""
+    costs no more than the look-ups). Rows with a null id are counted as unresolved and skipped.
+    `with_an_end_in_ids`: keep only the pairs with an end in `ids` (one focal set read alone: the
+    other pairs serve it nothing, and the rows dropped are counted as `without_an_end_in_ids`)."""
     ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
     coder = _Coder(ids)
     counts = {"references_read": 0, "unresolved": 0, "self_citations": 0}
+    if with_an_end_in_ids:
+        counts["without_an_end_in_ids"] = 0
     total, batches = _batches(references, batch_size)
     keys = np.empty(total, np.int64)           # untouched pages cost nothing: only the filled part is resident
     filled = 0
@@ -206,6 +210,11 @@ def read_citations(references, ids: pa.Array | pa.ChunkedArray, batch_size: int 
         cit_ids, ref_ids = cit_ids.combine_chunks(), ref_ids.combine_chunks()
         pos = _index_in(pa.chunked_array([cit_ids, ref_ids], ids.type), ids)
         a, b = pos[:len(cit_ids)], pos[len(cit_ids):]
+        if with_an_end_in_ids:
+            keep = np.flatnonzero((a >= 0) | (b >= 0))
+            counts["without_an_end_in_ids"] += len(a) - len(keep)
+            a, b = a[keep], b[keep]
+            cit_ids, ref_ids = cit_ids.take(pa.array(keep)), ref_ids.take(pa.array(keep))
         ma, mb = np.flatnonzero(a < 0), np.flatnonzero(b < 0)
         codes = coder.encode_other(pa.concat_arrays([cit_ids.take(pa.array(ma)), ref_ids.take(pa.array(mb))]))
         a[ma], b[mb] = codes[:len(ma)], codes[len(ma):]
@@ -360,9 +369,10 @@ def citation_graphs(references, focal_ids: pa.Array | pa.ChunkedArray, kinds=KIN
     if len(focal) and pc.count_distinct(focal).as_py() != len(focal):
         raise ValueError("focal_ids holds duplicates")
     citations = references if isinstance(references, Citations) else \
-        read_citations(references, focal, batch_size=batch_size, chunk_rows=chunk_rows)
+        read_citations(references, focal, batch_size=batch_size, chunk_rows=chunk_rows, with_an_end_in_ids=True)
     cit, ref, other, focal_counts = citations.focal_pairs(focal)
     counts = {**citations.counts, **focal_counts}
+    counts["without_focal_end"] += counts.pop("without_an_end_in_ids", 0)   # rows dropped as read
     n_focal = len(focal)
     counts["resolved"] = counts["references_read"] - counts["unresolved"]
     fc, fr = cit < n_focal, ref < n_focal
