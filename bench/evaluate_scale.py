@@ -39,6 +39,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -350,6 +351,7 @@ def network_main(args) -> int:
         new = measure_network("new", run, args, REPO)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True)
+        shutil.rmtree(tree.parent, ignore_errors=True)
     print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     print(f"  new/previous: time {new['seconds'] / old['seconds']:.2f} (citation graphs "
           f"{new['cite_s'] / old['cite_s']:.2f}, networks {new['network_s'] / old['network_s']:.2f}), peak RSS "
