@@ -1,7 +1,22 @@
-"""The evaluate stage's MeSH accuracy at scale: time and peak memory against the previous code.
+"""The evaluate stage at scale: time and peak memory against the previous code.
 
-    python bench/evaluate_scale.py                          # 2M generated papers, all with MeSH
+    python bench/evaluate_scale.py                          # MeSH accuracy: 2M generated papers, all with MeSH
     python bench/evaluate_scale.py --n 200000 --ref-n 100000   # a quick look
+    python bench/evaluate_scale.py --network --n 250000     # the citation and network part, beside --ref's code
+
+--network (issue 27): generates (bench/synthetic.py: corpus_topics, write_references) n papers'
+references (lognormal list lengths of mean 30, preferential citing within the topic, 30% cited
+outside the corpus, 3% unresolved), a kNN-like edges table (each paper's --k neighbours drawn in
+its topic, 5% in any topic) and the vector store's ids; then runs, each in its own child process, the stage's
+citation and network part: --criteria focal sets of --focal papers (sorted ids, seeded) get the
+citation graphs of the methods comparison (all kinds), then the network statistics of the kNN,
+direct-citation and random graphs (mapping.evaluate.networks, the stage's defaults). "new" is this
+checkout (the references read once, shared; samples by n; parallel searches); "previous" is a git
+worktree of --ref (default 1ee1b99, the commit before) in a temporary folder, imported through its
+own PYTHONPATH. Prints each one's seconds (citation graphs, networks, total), peak RSS (VmHWM of
+the process; the forked search workers share its pages, their largest RSS is printed apart) and
+the verdicts: the same citation graphs (edges and weights, bit for bit) and the same network
+figures (the clustering coefficient within 4 standard errors where the new code samples it).
 
 Generates (bench/synthetic.py) papers with MeSH-like descriptors (3-6 a paper, with tree numbers
 and a major flag), the vector store's ids and a clusters table (paper_id, row, resolution,
@@ -24,6 +39,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -34,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from synthetic import write_corpus  # bench/synthetic.py; a script's own folder is on its import path
+from synthetic import corpus_topics, write_corpus, write_references  # bench/synthetic.py (the script's folder)
 from verdicts import Verdicts
 
 RESOLUTIONS = ((0.001, 50), (0.01, 500), (0.1, 5000))
@@ -186,10 +202,179 @@ def new_evaluation(run: Path, ids: pa.Array) -> dict:
     return mesh_evaluation(dataset(run / "papers"), dataset(run / "clusters"), ids, EvaluateConfig())
 
 
+# ---------------------------------------------------------------- the citation and network part
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_network_run(root: Path, n: int, k: int, shard: int) -> Path:
+    """references/ + edges/ + ids.parquet for n generated papers (cached in root)."""
+    from sciencemap.contracts import EDGES_META_KEY, SCHEMAS
+
+    run = root / f"network_{n}_k{k}"
+    if (run / "done.json").exists():
+        return run
+    topic_of = corpus_topics(n)
+    info = write_references(run, topic_of, shard=shard)
+    rng = np.random.default_rng(1)
+    by_topic = np.argsort(topic_of, kind="stable")
+    start = np.searchsorted(topic_of[by_topic], topic_of)              # each row's topic block
+    size = np.bincount(topic_of)[topic_of]
+    own = np.empty(n, np.int64)                                        # each row's position in by_topic
+    own[by_topic] = np.arange(n)
+    schema = SCHEMAS["edges"].with_metadata({EDGES_META_KEY: json.dumps({"papers": n}).encode()})
+    (run / "edges").mkdir(exist_ok=True)
+    for part, lo in enumerate(range(0, n, shard)):
+        rows = np.arange(lo, min(n, lo + shard))
+        src = np.repeat(rows, k)
+        # a neighbour in the same topic other than itself: the row's position plus 1..size-1, cyclic
+        pos = start[src] + (own[src] - start[src] + rng.integers(1, np.maximum(size[src], 2))) % size[src]
+        dst = by_topic[pos]
+        across = rng.random(len(src)) < 0.05                           # a few links between topics
+        dst[across] = rng.integers(0, n, int(across.sum()))
+        pq.write_table(pa.table({"src": pa.array(src, pa.int32()), "dst": pa.array(dst, pa.int32()),
+                                 "similarity": pa.array(rng.uniform(0.5, 1.0, len(src)).astype(np.float32)),
+                                 "rank": pa.array(np.tile(np.arange(1, k + 1), len(rows)), pa.int16())},
+                                schema=schema), run / "edges" / f"part-{part:05d}.parquet")
+    pq.write_table(pa.table({"paper_id": pa.array([f"gen:{i}" for i in range(n)], pa.string())}), run / "ids.parquet")
+    (run / "done.json").write_text(json.dumps(info))
+    return run
+
+
+def _digest(*arrays) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+def network_child(args) -> None:
+    from sciencemap.layout import RunLayout
+    from sciencemap.runtime import rss_mb
+    from sciencemap.storage import dataset
+
+    from mapping import evaluate
+    from mapping.citation_graphs import citation_graphs
+
+    run = Path(args.run)
+    layout = RunLayout(run)
+    ids = vector_ids(run)
+    sorted_ids = ids.take(pa.compute.sort_indices(ids))
+    rng = np.random.default_rng(0)
+    focal_sets = [sorted_ids.take(pa.array(np.sort(rng.choice(len(ids), min(args.focal, len(ids)), replace=False))))
+                  for _ in range(args.criteria)]
+    shared = hasattr(evaluate, "read_citations")        # this checkout: the references read once
+    base = rss_mb()
+    t0 = time.perf_counter()
+    refs = dataset(layout.table("references"))
+    if shared:
+        citations = evaluate.read_citations(refs, ids)
+        source = citations
+    else:
+        source = refs
+    digests = []
+    for focal in focal_sets:
+        gs = citation_graphs(source, focal)
+        digests.append({k: [g.m, g.n, _digest(g.lo, g.hi, g.a)] for k, g in gs.items()})
+        del gs
+    t_cite = time.perf_counter() - t0
+    cfg = evaluate.EvaluateConfig(**({"path_sample": args.path_sample} if args.path_sample is not None else {}))
+    t1 = time.perf_counter()
+    if shared:
+        citation = evaluate.citation_graph(citations)
+        del citations, source
+        net = evaluate.networks(layout, ids, cfg, citation)
+    else:
+        net = evaluate.networks(layout, ids, cfg)
+    t_net = time.perf_counter() - t1
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers_mb = workers.ru_maxrss / 1024
+    print(json.dumps({"cpu_s": own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime, "cite_s": t_cite, "network_s": t_net, "seconds": time.perf_counter() - t0,
+                      "peak_mb": rss_mb(), "base_mb": base, "workers_peak_mb": workers_mb,
+                      "graphs": digests, "network": net}, default=float))
+
+
+def make_reference_tree(ref: str) -> Path:
+    import tempfile
+
+    tree = Path(tempfile.mkdtemp(prefix="sciencemap-evaluate-ref-")) / "ref"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=REPO, check=True, capture_output=True)
+    return tree
+
+
+def measure_network(kind: str, run: Path, args, tree: Path) -> dict:
+    cmd = [sys.executable, __file__, "--child", "network", "--run", str(run), "--focal", str(args.focal),
+           "--criteria", str(args.criteria)] + ([] if args.path_sample is None else ["--path-sample", str(args.path_sample)])
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise SystemExit(f"{kind}: {' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"  {kind:9s}: citation graphs {r['cite_s']:7.1f} s, networks {r['network_s']:7.1f} s, total "
+          f"{r['seconds']:7.1f} s ({r['cpu_s']:,.0f} CPU s); peak RSS {r['peak_mb']:7,.0f} MB (after imports {r['base_mb']:,.0f} MB; "
+          f"largest search worker {r['workers_peak_mb']:,.0f} MB, pages shared)", flush=True)
+    return r
+
+
+def same_network(new: dict, old: dict) -> tuple[bool, str]:
+    """The network figures agree: exactly, except the clustering coefficient where the new code
+    sampled it (within 4 of its standard errors, at most 0.5 / sqrt(sample))."""
+    diffs = []
+    for name, a in old["graphs"].items():
+        b = new["graphs"].get(name, {})
+        for key, va in a.items():
+            vb = b.get(key)
+            if key == "average_clustering" and "clustering_sample" in b:
+                if abs(vb - va) > 4 * 0.5 / math.sqrt(b["clustering_sample"]):
+                    diffs.append(f"{name}.{key}: {va:.5f} vs {vb:.5f} (sampled)")
+            elif va != vb and not (isinstance(va, float) and math.isnan(va) and math.isnan(vb)):
+                diffs.append(f"{name}.{key}: {va} vs {vb}")
+    if old["overlap"] != new["overlap"]:
+        diffs.append("edge overlap")
+    return not diffs, "; ".join(diffs[:6])
+
+
+def network_main(args) -> int:
+    t = time.perf_counter()
+    run = make_network_run(args.work, args.n, args.k, 100_000)
+    info = json.loads((run / "done.json").read_text())
+    print(f"citation and network part of the evaluate stage: n={args.n:,} papers, {info['references']:,} references "
+          f"({info['corpus_internal']:,} to corpus papers, the most cited {info['most_cited']:,} times), kNN k={args.k}; "
+          f"{args.criteria} criteria of {args.focal:,} focal papers; {os.cpu_count()} cores "
+          f"(data {time.perf_counter() - t:.0f} s, {run})", flush=True)
+    print(f"  load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    tree = make_reference_tree(args.ref)
+    try:
+        old = measure_network(f"previous ({args.ref})", run, args, tree)
+        new = measure_network("new", run, args, REPO)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True)
+        shutil.rmtree(tree.parent, ignore_errors=True)
+    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    print(f"  new/previous: time {new['seconds'] / old['seconds']:.2f} (citation graphs "
+          f"{new['cite_s'] / old['cite_s']:.2f}, networks {new['network_s'] / old['network_s']:.2f}), peak RSS "
+          f"{new['peak_mb'] / old['peak_mb']:.2f}", flush=True)
+    for name, g in new["network"]["graphs"].items():
+        print(f"  {name:16s} edges {g['edges']:>12,}  clustering {g['average_clustering']:.4f}"
+              f"{' (sample ' + format(g['clustering_sample'], ',') + ')' if 'clustering_sample' in g else ''}  "
+              f"path {g.get('average_shortest_path', float('nan')):.3f} ± {g.get('shortest_path_se', float('nan')):.3f}",
+              flush=True)
+    verdicts = Verdicts()
+    verdicts.check("the same citation graphs as the previous code (edges and weights, bit for bit)",
+                   new["graphs"] == old["graphs"])
+    ok, detail = same_network(new["network"], old["network"])
+    verdicts.check("the same network figures (clustering within 4 standard errors where sampled)", ok, detail)
+    return verdicts.finish(args.no_fail)
+
+
 # ---------------------------------------------------------------- driver
 
 def child(args) -> None:
     importlib.import_module("mapping.evaluate")   # imported before the RSS after imports is read
+    if args.child == "network":
+        return network_child(args)
 
     run = Path(args.run)
     base = peak_mb()
@@ -216,7 +401,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=2_000_000, help="papers of the full-size run (new code only)")
     ap.add_argument("--ref-n", type=int, default=200_000, help="papers where the reference runs too")
     ap.add_argument("--work", type=Path, default=Path("/tmp/sciencemap_evaluate_scale"))
-    ap.add_argument("--child", choices=("new", "reference"), help=argparse.SUPPRESS)
+    ap.add_argument("--network", action="store_true", help="the citation and network part, beside --ref's code")
+    ap.add_argument("--ref", default="1ee1b99", help="--network: the previous code's commit")
+    ap.add_argument("--k", type=int, default=20, help="--network: kNN neighbours a paper")
+    ap.add_argument("--focal", type=int, default=20_000, help="--network: papers a criterion")
+    ap.add_argument("--criteria", type=int, default=3, help="--network: focal sets (criteria)")
+    ap.add_argument("--path-sample", type=int, help="--network: path-length sources in both runs (default: the stage's)")
+    ap.add_argument("--child", choices=("new", "reference", "network"), help=argparse.SUPPRESS)
     ap.add_argument("--run", help=argparse.SUPPRESS)
     Verdicts.add_arguments(ap)
     args = ap.parse_args()
@@ -224,6 +415,8 @@ def main() -> int:
         child(args)
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.network:
+        return network_main(args)
     shard = 100_000
     print(f"MeSH accuracy of the evaluate stage (papers all with MeSH, {len(RESOLUTIONS)} resolutions)", flush=True)
     t = time.perf_counter()

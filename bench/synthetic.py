@@ -5,7 +5,13 @@
   (super-topics → topics → papers), so kNN lists, clusters and a layout mean something;
 - `papers/`: one row per paper with a title of topic words, a year around its topic's mean year,
   one or two fields (its topic's field, sometimes a second one), and, for a share of papers,
-  MeSH-like descriptors (with tree numbers and a major flag) drawn mostly from its topic's set.
+  MeSH-like descriptors (with tree numbers and a major flag) drawn mostly from its topic's set;
+  `has_fulltext` true for a seeded `fulltext_share` of them (the flag only: no body text).
+
+`write_references(run_dir, topic_of)` adds `references/`: citation links with the heavy tails of
+real ones (lognormal reference-list lengths, preferential choice of the cited papers, a share of
+cited papers outside the corpus, a few unresolved), for the papers `write_corpus` made
+(`corpus_topics` gives their topics).
 Everything is seeded and written in chunks, so 2M papers take a few hundred MB of memory.
 """
 from __future__ import annotations
@@ -59,7 +65,8 @@ def _vectors(c: Corpus, topic: np.ndarray, rng: np.random.Generator, noise: floa
     return X / np.linalg.norm(X, axis=1, keepdims=True)
 
 
-def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Generator, mesh_share: float) -> pa.Table:
+def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Generator, mesh_share: float,
+            fulltext_share: float = 1.0) -> pa.Table:
     n = len(ids)
     tw = c.topic_words[topic]
     pick = tw[np.arange(n)[:, None], rng.integers(0, tw.shape[1], (n, 4))]
@@ -99,21 +106,22 @@ def _papers(c: Corpus, ids: np.ndarray, topic: np.ndarray, rng: np.random.Genera
         "year": pa.array(year), "venue": null_str, "fields": fields,
         "keywords": pa.nulls(n, SCHEMAS["papers"].field("keywords").type), "mesh": mesh,
         "source": pa.array(np.where(has, "pubmed", "generated"), pa.string()),
-        "has_fulltext": pa.array(np.ones(n, bool)), "source_file": pa.array(np.full(n, "generated"), pa.string()),
-        "mapped": pa.array(np.ones(n, bool)),
+        "has_fulltext": pa.array(np.ones(n, bool) if fulltext_share >= 1 else rng.random(n) < fulltext_share),
+        "source_file": pa.array(np.full(n, "generated"), pa.string()), "mapped": pa.array(np.ones(n, bool)),
     }
     return pa.table(cols, schema=SCHEMAS["papers"])
 
 
 def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: int = 100_000, seed: int = 0,
                  noise: float = 0.9, mesh_share: float = 0.3, with_papers: bool = True, draw_seed: int | None = None,
-                 id_prefix: str = "gen") -> dict:
+                 id_prefix: str = "gen", fulltext_share: float = 1.0) -> dict:
     """Write embeddings shards (+ the papers table) for n generated papers into run/. Returns the
     mixture's sizes. Paper ids are `<id_prefix>:<row>`; rows are written in a seeded shuffled topic
     order. `draw_seed` draws other papers from the same mixture (default seed + 1: the corpus
-    itself); row i's topic is default_rng(draw_seed).integers(0, n_topics, n)[i]."""
+    itself); row i's topic is default_rng(draw_seed).integers(0, n_topics, n)[i] (`corpus_topics`).
+    `fulltext_share` < 1 marks only that seeded share of the papers as full text."""
     run = Path(run)
-    n_topics = n_topics or max(20, n // 400)
+    n_topics = n_topics or default_topics(n)
     c = Corpus(dim, n_topics, max(4, n_topics // 20), 40, seed)
     rng = np.random.default_rng(seed + 1 if draw_seed is None else draw_seed)
     topic_of = rng.integers(0, n_topics, n)
@@ -128,9 +136,87 @@ def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: in
                      schema=embeddings_schema(dim))
         pq.write_table(t, run / "embeddings" / shard_name(k))
         if with_papers:
-            pq.write_table(_papers(c, ids, topic_of[lo:hi], rng, mesh_share), run / "papers" / f"part-{k:05d}.parquet")
+            pq.write_table(_papers(c, ids, topic_of[lo:hi], rng, mesh_share, fulltext_share),
+                           run / "papers" / f"part-{k:05d}.parquet")
     return {"papers": n, "dim": dim, "topics": n_topics, "fields": len(c.fields)}
 
+
+def default_topics(n: int) -> int:
+    return max(20, n // 400)
+
+
+def corpus_topics(n: int, n_topics: int = 0, seed: int = 0, draw_seed: int | None = None) -> np.ndarray:
+    """The topic of each of write_corpus's rows (same arguments, same draw)."""
+    rng = np.random.default_rng(seed + 1 if draw_seed is None else draw_seed)
+    return rng.integers(0, n_topics or default_topics(n), n)
+
+
+def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, refs_sigma: float = 0.7,
+                     popularity_alpha: float = 1.5, same_topic: float = 0.7, outside_share: float = 0.3,
+                     unresolved_share: float = 0.03, shard: int = 100_000, seed: int = 0,
+                     id_prefix: str = "gen", outside_prefix: str = "ext") -> dict:
+    """Write run/references/ (the references table's schema; citing_id, cited_id filled) for the
+    papers 0..n-1 of write_corpus (ids `<id_prefix>:<row>`, `topic_of` = corpus_topics(n)).
+
+    - Reference-list lengths: lognormal with mean `mean_refs` and log-sd `refs_sigma` (rounded; a
+      long tail of review-sized lists, some papers with none).
+    - Cited papers: a share `outside_share` outside the corpus (`<outside_prefix>:<j>`, a pool of
+      n papers), the rest corpus papers, of the citing paper's topic with probability `same_topic`
+      (so citations and topics agree, as in real literature), else any topic. Within the pool
+      drawn from, a paper is cited with probability proportional to its popularity, Pareto
+      (`popularity_alpha`) + 1: preferential attachment's heavy tail (most papers cited a few
+      times, a few thousands of times). A paper may cite itself or the same paper twice (rare;
+      the readers drop and count both).
+    - A share `unresolved_share` of the cited ids is null (references not matched to a paper).
+    Returns the counts: references (rows), those to corpus papers (resolved or not), the most
+    cited corpus paper's resolved citations."""
+    run = Path(run)
+    topic_of = np.asarray(topic_of)
+    n = len(topic_of)
+    n_topics = int(topic_of.max()) + 1 if n else 0
+    rng = np.random.default_rng([seed, 7])
+    popularity = rng.pareto(popularity_alpha, n) + 1.0
+    outside_pop = rng.pareto(popularity_alpha, n) + 1.0
+    # preferential choice within a topic: one cumulative popularity over the rows sorted by topic
+    by_topic = np.argsort(topic_of, kind="stable")
+    cum = np.cumsum(popularity[by_topic])
+    topic_end = cum[np.searchsorted(topic_of[by_topic], np.arange(n_topics), side="right") - 1]
+    topic_start = np.r_[0.0, topic_end[:-1]]
+    outside_cum = np.cumsum(outside_pop)
+    mu = np.log(mean_refs) - refs_sigma ** 2 / 2              # lognormal mean = exp(mu + sigma² / 2)
+    out = run / "references"
+    out.mkdir(parents=True, exist_ok=True)
+    schema = SCHEMAS["references"]
+    cited_count = np.zeros(n, np.int64)
+    total = inside_total = 0
+    for k, lo in enumerate(range(0, n, shard)):
+        hi = min(n, lo + shard)
+        lengths = np.round(rng.lognormal(mu, refs_sigma, hi - lo)).astype(np.int64)
+        citing = np.repeat(np.arange(lo, hi), lengths)
+        m = len(citing)
+        outside = rng.random(m) < outside_share
+        local = rng.random(m) < same_topic
+        u = rng.random(m)
+        inside = np.flatnonzero(~outside)
+        t = topic_of[citing[inside]]
+        target = np.where(local[inside], topic_start[t] + u[inside] * (topic_end[t] - topic_start[t]),
+                          u[inside] * cum[-1])
+        cited = np.empty(m, np.int64)
+        cited[inside] = by_topic[np.minimum(np.searchsorted(cum, target, side="right"), n - 1)]
+        out_rows = np.flatnonzero(outside)
+        cited[out_rows] = np.minimum(np.searchsorted(outside_cum, u[out_rows] * outside_cum[-1], side="right"), n - 1)
+        unresolved = rng.random(m) < unresolved_share
+        cited_count += np.bincount(cited[inside[~unresolved[inside]]], minlength=n)
+        citing_ids = pa.array(np.char.add(f"{id_prefix}:", citing.astype(str)).astype(object), pa.string())
+        cited_ids = np.where(outside, np.char.add(f"{outside_prefix}:", cited.astype(str)),
+                             np.char.add(f"{id_prefix}:", cited.astype(str))).astype(object)
+        cited_ids[unresolved] = None
+        cols = {f.name: pa.nulls(m, f.type) for f in schema}
+        cols["citing_id"], cols["cited_id"] = citing_ids, pa.array(cited_ids, pa.string())
+        pq.write_table(pa.table(cols, schema=schema), out / f"part-{k:05d}.parquet")
+        total += m
+        inside_total += len(inside)
+    return {"references": int(total), "corpus_internal": int(inside_total), "most_cited": int(cited_count.max(initial=0))}
 
 
 # --- Input files with references (issue 27): what the ingest stage reads -----------------------

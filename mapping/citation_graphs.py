@@ -1,8 +1,10 @@
 """Citation-based relatedness graphs on the evaluated ("focal") papers, for comparing methods (issue 16).
 
-`citation_graphs(references, focal_ids)` reads the references table once (citing_id and cited_id
-only, in Arrow batches) and builds up to four `RelGraph`s (mapping.relatedness) on the focal
-papers, nodes 0..n_focal-1 in the order of `focal_ids` (METHODS.md §6.5):
+`read_citations(references, ids)` reads the references table once (citing_id and cited_id only, in
+Arrow batches) into integer codes (`Citations`); `citation_graphs(citations, focal_ids)` builds up
+to four `RelGraph`s (mapping.relatedness) on the focal papers from them, nodes 0..n_focal-1 in the
+order of `focal_ids` (METHODS.md §6.5), as often as there are focal sets (the evaluate stage's
+criteria) without reading the table again; handed a table instead, it reads it first:
 
 - "dc"  direct citation: a_ij = c_ij / R_i + c_ji / R_j, c_ij = 1 when i cites j, R_i = the
         number of i's distinct references to focal papers (the nodes of this graph).
@@ -31,15 +33,17 @@ is Σ_r d_r² over the columns (d_r = focal papers citing reference r, for bc; f
 citing paper c, for cc): `max_cited_by` / `max_references` drop the hub columns that make it
 explode (default: none dropped, the measures as defined; the work is logged before the product).
 
-Scale: ids become integer codes by Arrow hash look-ups (`pc.index_in` against the focal ids; the
-other ids against a growing array of the non-focal ids met so far, looked up in chunks at least
-as big as that array, so the hash-table builds cost no more than the look-ups), and only int64
-code arrays of the (citing, cited) pairs with a focal end are kept: 16 bytes a reference, plus
-the non-focal ids as Arrow strings.
+Scale: ids become integer codes by Arrow hash look-ups (`pc.index_in` against the given ids, e.g.
+the vector store's; the other ids against a growing array of those met so far, looked up in chunks
+at least as big as that array, so the hash-table builds cost no more than the look-ups). Each
+distinct pair is one int64 key citing << 31 | cited (8 bytes; 16 during the final sort and
+dedupe), the other ids stay Arrow strings. A focal set's pairs are picked by a scan of the keys
+with a code -> node table (4 bytes a code) and renumbered: its memory is that of its own pairs.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -48,13 +52,15 @@ import scipy.sparse as sp
 
 from sciencemap.progress import Progress
 
-from mapping.netstats import sorted_unique
+from mapping.netstats import CHUNK, link_keys, sorted_unique
 from mapping.relatedness import RelGraph, from_pairs
 
 log = logging.getLogger(__name__)
 
 KINDS = ("dc", "edc", "bc", "cc")
 BATCH_ROWS = 1 << 16
+CODE_BITS = 31                # a pair's key is citing << 31 | cited: fixed before the ids are counted
+CODE_MASK = (1 << CODE_BITS) - 1
 
 
 # ---------------------------------------------------------------- reading
@@ -66,18 +72,20 @@ def _batches(references, batch_size: int):
     return references.count_rows(), references.to_batches(columns=cols, batch_size=batch_size)
 
 
+def _index_in(ids, value_set: pa.Array) -> np.ndarray:
+    """Position of each id in value_set (int64, -1 = absent): one Arrow hash look-up."""
+    if len(ids) == 0:
+        return np.zeros(0, np.int64)
+    return np.asarray(pc.fill_null(pc.index_in(ids, value_set=value_set), -1).to_numpy(), np.int64)
+
+
 class _Coder:
-    """Integer codes of paper ids: focal ids 0..n_focal-1 (their position in `focal`), every other
-    id n_focal + its position in `self.other` (ids appended as first met)."""
+    """Integer codes of paper ids: the given ids 0..len(ids)-1 (their position), every other id
+    len(ids) + its position in `self.other` (ids appended as first met)."""
 
-    def __init__(self, focal: pa.Array):
-        self.focal, self.n_focal = focal, len(focal)
-        self.other = pa.array([], focal.type)
-
-    def focal_pos(self, ids: pa.Array) -> np.ndarray:
-        if len(ids) == 0:
-            return np.zeros(0, np.int64)
-        return np.asarray(pc.fill_null(pc.index_in(ids, value_set=self.focal), -1).to_numpy(), np.int64)
+    def __init__(self, ids: pa.Array):
+        self.ids, self.n_ids = ids, len(ids)
+        self.other = pa.array([], ids.type)
 
     def encode_other(self, ids: pa.Array) -> np.ndarray:
         if len(ids) == 0:
@@ -87,80 +95,155 @@ class _Coder:
             new = new.filter(pc.invert(pc.is_in(new, value_set=self.other)))
         if len(new):
             self.other = pa.concat_arrays([self.other, new])
-        return self.n_focal + np.asarray(pc.index_in(ids, value_set=self.other).to_numpy(), np.int64)
+        return self.n_ids + np.asarray(pc.index_in(ids, value_set=self.other).to_numpy(), np.int64)
 
 
-def read_pairs(references, focal_ids, batch_size: int = BATCH_ROWS, chunk_rows: int | None = None):
-    """Distinct (citing, cited) code pairs with at least one focal end, self-citations dropped.
+@dataclass
+class Citations:
+    """The references table as integer codes, read once (`read_citations`) and shared by every
+    graph built from it: the evaluate stage's direct-citation graph on the vector store and each
+    criterion's citation relatedness graphs (`citation_graphs`, `focal_pairs`).
 
-    Returns (citing, cited, other_ids, counts): int64 arrays sorted by (citing, cited); the
-    non-focal ids (code n_focal + k is other_ids[k]); the row counts for the graphs' info."""
-    focal = focal_ids.combine_chunks() if isinstance(focal_ids, pa.ChunkedArray) else focal_ids
-    if focal.null_count:
-        raise ValueError("focal_ids holds nulls")
-    if len(focal) and pc.count_distinct(focal).as_py() != len(focal):
-        raise ValueError("focal_ids holds duplicates")
-    coder = _Coder(focal)
-    n_focal = len(focal)
-    counts = {"references_read": 0, "unresolved": 0, "without_focal_end": 0}
-    cit_parts: list[np.ndarray] = []
-    ref_parts: list[np.ndarray] = []
+    Code c < len(ids) is ids[c] (the vector-store ids in row order, or any distinct ids); code
+    len(ids) + k is other[k], an id of the table not in `ids`. `keys` holds each distinct (citing,
+    cited) pair once as citing << CODE_BITS | cited (int64, sorted: by citing, then cited), self-
+    citations dropped: 8 bytes a distinct pair, the other ids as Arrow strings."""
+    ids: pa.Array
+    other: pa.Array
+    keys: np.ndarray
+    counts: dict          # references_read, unresolved, self_citations, duplicates, distinct_pairs
+
+    def pairs(self, chunk: int = CHUNK):
+        """(citing, cited) int64 code arrays, `chunk` pairs at a time."""
+        for s in range(0, len(self.keys), chunk):
+            k = self.keys[s:s + chunk]
+            yield k >> CODE_BITS, k & CODE_MASK
+
+    def links_among_ids(self) -> np.ndarray:
+        """Distinct undirected links between two papers of `ids` as sorted link keys lo · n + hi,
+        n = len(ids) (mapping.netstats.link_keys): the direct-citation graph on the vector store."""
+        n = len(self.ids)
+        parts = []
+        for a, b in self.pairs():
+            inside = (a < n) & (b < n)
+            parts.append(link_keys(a[inside], b[inside], n))
+        return sorted_unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+    def codes_of(self, ids: pa.Array) -> np.ndarray:
+        """The code of each id (int64; -1: neither in `ids` nor in the table)."""
+        code = _index_in(ids, self.ids)
+        miss = np.flatnonzero(code < 0)
+        if len(miss) and len(self.other):
+            o = _index_in(ids.take(pa.array(miss)), self.other)
+            code[miss] = np.where(o >= 0, len(self.ids) + o, -1)
+        return code
+
+    def focal_pairs(self, focal: pa.Array, chunk: int = CHUNK):
+        """The distinct pairs with at least one end in `focal` (distinct ids), renumbered: focal
+        papers 0..n_focal-1 in the order of `focal`, the other ends n_focal + k in the order of
+        their codes. Returns (citing, cited, other_ids, counts): int64 arrays sorted by (citing,
+        cited); the ids of the other ends (node n_focal + k is other_ids[k]); distinct_pairs (with
+        a focal end) and without_focal_end (distinct pairs, for the graphs' info)."""
+        n_ids = len(self.ids)
+        n_focal = len(focal)
+        code = self.codes_of(focal)
+        node = np.full(n_ids + len(self.other), -1, np.int32 if n_focal < 2 ** 31 else np.int64)
+        known = np.flatnonzero(code >= 0)
+        node[code[known]] = known
+        cit_parts, ref_parts, without = [], [], 0
+        for a, b in self.pairs(chunk):
+            fa, fb = node[a], node[b]
+            keep = np.flatnonzero((fa >= 0) | (fb >= 0))
+            without += len(a) - len(keep)
+            fa, fb, a, b = fa[keep], fb[keep], a[keep], b[keep]
+            cit_parts.append(np.where(fa >= 0, fa, -1 - a))        # other ends as -1 - code for now
+            ref_parts.append(np.where(fb >= 0, fb, -1 - b))
+        cit = np.concatenate(cit_parts) if cit_parts else np.zeros(0, np.int64)
+        ref = np.concatenate(ref_parts) if ref_parts else np.zeros(0, np.int64)
+        del cit_parts, ref_parts
+        other_codes = sorted_unique(np.concatenate([-1 - cit[cit < 0], -1 - ref[ref < 0]]))
+        for x in (cit, ref):
+            o = x < 0
+            x[o] = n_focal + np.searchsorted(other_codes, -1 - x[o])
+        N = n_focal + len(other_codes)
+        key = cit * N + ref                                      # distinct: the codes' pairs were
+        del cit, ref
+        key.sort()
+        inside = other_codes < n_ids
+        other_ids = pa.concat_arrays([self.ids.take(pa.array(other_codes[inside])),
+                                      self.other.take(pa.array(other_codes[~inside] - n_ids))])
+        return key // N, key % N, other_ids, {"distinct_pairs": int(len(key)), "without_focal_end": int(without)}
+
+
+def read_citations(references, ids: pa.Array | pa.ChunkedArray, batch_size: int = BATCH_ROWS,
+                   chunk_rows: int | None = None, with_an_end_in_ids: bool = False) -> Citations:
+    """One pass over a references Dataset or Table (citing_id and cited_id only, in Arrow batches):
+    every resolved (citing, cited) pair as codes (`Citations`), ids looked up `chunk_rows` rows at
+    a time (default: at least as many as there are ids, known or met, so building the hash tables
+    costs no more than the look-ups). Rows with a null id are counted as unresolved and skipped.
+    `with_an_end_in_ids`: keep only the pairs with an end in `ids` (one focal set read alone: the
+    other pairs serve it nothing, and the rows dropped are counted as `without_an_end_in_ids`)."""
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    coder = _Coder(ids)
+    counts = {"references_read": 0, "unresolved": 0, "self_citations": 0}
+    if with_an_end_in_ids:
+        counts["without_an_end_in_ids"] = 0
+    total, batches = _batches(references, batch_size)
+    keys = np.empty(total, np.int64)           # untouched pages cost nothing: only the filled part is resident
+    filled = 0
     pending: list[pa.RecordBatch] = []
 
     def flush():
+        nonlocal filled
         if not pending:
             return
         t = pa.Table.from_batches(pending).combine_chunks()
         pending.clear()
         cit_ids, ref_ids = t.column("citing_id"), t.column("cited_id")
-        if cit_ids.type != focal.type:
-            cit_ids, ref_ids = cit_ids.cast(focal.type), ref_ids.cast(focal.type)
+        if cit_ids.type != ids.type:
+            cit_ids, ref_ids = cit_ids.cast(ids.type), ref_ids.cast(ids.type)
         ok = pc.and_(pc.is_valid(cit_ids), pc.is_valid(ref_ids))
         n_ok = pc.sum(ok).as_py() or 0
         counts["unresolved"] += t.num_rows - n_ok
         if n_ok < t.num_rows:
             cit_ids, ref_ids = cit_ids.filter(ok), ref_ids.filter(ok)
-        both = pa.chunked_array(cit_ids.chunks + ref_ids.chunks, focal.type)
-        pos = coder.focal_pos(both)
+        cit_ids, ref_ids = cit_ids.combine_chunks(), ref_ids.combine_chunks()
+        pos = _index_in(pa.chunked_array([cit_ids, ref_ids], ids.type), ids)
         a, b = pos[:len(cit_ids)], pos[len(cit_ids):]
-        keep = (a >= 0) | (b >= 0)            # pairs between two non-focal papers serve no kind
-        counts["without_focal_end"] += int(len(a) - keep.sum())
-        idx = np.flatnonzero(keep)
-        a, b = a[idx], b[idx]
-        cit_ids, ref_ids = cit_ids.combine_chunks().take(idx), ref_ids.combine_chunks().take(idx)
+        if with_an_end_in_ids:
+            keep = np.flatnonzero((a >= 0) | (b >= 0))
+            counts["without_an_end_in_ids"] += len(a) - len(keep)
+            a, b = a[keep], b[keep]
+            cit_ids, ref_ids = cit_ids.take(pa.array(keep)), ref_ids.take(pa.array(keep))
         ma, mb = np.flatnonzero(a < 0), np.flatnonzero(b < 0)
-        codes = coder.encode_other(pa.concat_arrays([cit_ids.take(ma), ref_ids.take(mb)]))
+        codes = coder.encode_other(pa.concat_arrays([cit_ids.take(pa.array(ma)), ref_ids.take(pa.array(mb))]))
         a[ma], b[mb] = codes[:len(ma)], codes[len(ma):]
-        cit_parts.append(a)
-        ref_parts.append(b)
+        if coder.n_ids + len(coder.other) > CODE_MASK:
+            raise ValueError(f"more than {CODE_MASK:,} distinct paper ids: too many for the citation codes")
+        own = a == b
+        counts["self_citations"] += int(own.sum())
+        k = (a[~own] << CODE_BITS) | b[~own]
+        keys[filled:filled + len(k)] = k
+        filled += len(k)
 
-    total, batches = _batches(references, batch_size)
-    with Progress("citation graphs: references", total, "references") as p:
+    with Progress("citations: references", total, "references") as p:
         held = 0
         for batch in batches:
             pending.append(batch)
             held += batch.num_rows
             counts["references_read"] += batch.num_rows
             p.advance(batch.num_rows)
-            if held >= (chunk_rows or max(n_focal, len(coder.other), 1 << 20)):
+            if held >= (chunk_rows or max(coder.n_ids, len(coder.other), 1 << 20)):
                 flush()
                 held = 0
         flush()
-    cit = np.concatenate(cit_parts) if cit_parts else np.zeros(0, np.int64)
-    ref = np.concatenate(ref_parts) if ref_parts else np.zeros(0, np.int64)
-    del cit_parts, ref_parts
-    N = n_focal + len(coder.other)
-    if N and N > np.iinfo(np.int64).max // N:
-        raise ValueError(f"{N:,} papers are too many for int64 pair keys")
-    self_cite = cit == ref
-    counts["self_citations"] = int(self_cite.sum())
-    key = cit[~self_cite] * N + ref[~self_cite]
-    del cit, ref, self_cite
-    n_keys = len(key)
-    key = sorted_unique(key)          # np.unique's hash path is ~10x slower here (mapping.netstats)
-    counts["duplicates"] = int(n_keys - len(key))
-    counts["distinct_pairs"] = int(len(key))
-    return key // N, key % N, coder.other, counts
+    # Arrow's allocator keeps the pages of the freed batches and hash tables (~160 MB at 30M references)
+    pa.default_memory_pool().release_unused()
+    distinct = sorted_unique(keys[:filled])   # np.unique's hash path is ~10x slower here (mapping.netstats)
+    del keys
+    counts["duplicates"] = int(filled - len(distinct))
+    counts["distinct_pairs"] = int(len(distinct))
+    return Citations(ids, coder.other, distinct, counts)
 
 
 # ---------------------------------------------------------------- graphs
@@ -257,13 +340,14 @@ def _coupling(name: str, rows: np.ndarray, cols: np.ndarray, n_focal: int, max_c
     return g
 
 
-def citation_graphs(references, focal_ids: pa.Array, kinds=KINDS, *, edc_min_links: int = 2,
+def citation_graphs(references, focal_ids: pa.Array | pa.ChunkedArray, kinds=KINDS, *, edc_min_links: int = 2,
                     max_neighbours: int = 50, max_cited_by: int | None = None,
                     max_references: int | None = None, block_products: int = 5_000_000,
                     batch_size: int = BATCH_ROWS, chunk_rows: int | None = None,
                     **opts) -> dict[str, RelGraph]:
     """The citation relatedness graphs `kinds` (of "dc", "edc", "bc", "cc") on the papers
-    `focal_ids` (node i = focal_ids[i]), from a references Dataset or Table (module docstring).
+    `focal_ids` (node i = focal_ids[i]), from `Citations` read once for several focal sets, or
+    from a references Dataset or Table, read here (module docstring).
 
     edc_min_links: distinct focal papers a non-focal paper must have citation relations with to
         become an EDC node (2; `edc_min_citing` is accepted as its old name).
@@ -279,8 +363,17 @@ def citation_graphs(references, focal_ids: pa.Array, kinds=KINDS, *, edc_min_lin
     bad = set(kinds) - set(KINDS)
     if bad:
         raise ValueError(f"unknown kinds {sorted(bad)}; choose from {KINDS}")
-    cit, ref, other, counts = read_pairs(references, focal_ids, batch_size=batch_size, chunk_rows=chunk_rows)
-    n_focal = len(focal_ids)
+    focal = focal_ids.combine_chunks() if isinstance(focal_ids, pa.ChunkedArray) else focal_ids
+    if focal.null_count:
+        raise ValueError("focal_ids holds nulls")
+    if len(focal) and pc.count_distinct(focal).as_py() != len(focal):
+        raise ValueError("focal_ids holds duplicates")
+    citations = references if isinstance(references, Citations) else \
+        read_citations(references, focal, batch_size=batch_size, chunk_rows=chunk_rows, with_an_end_in_ids=True)
+    cit, ref, other, focal_counts = citations.focal_pairs(focal)
+    counts = {**citations.counts, **focal_counts}
+    counts["without_focal_end"] += counts.pop("without_an_end_in_ids", 0)   # rows dropped as read
+    n_focal = len(focal)
     counts["resolved"] = counts["references_read"] - counts["unresolved"]
     fc, fr = cit < n_focal, ref < n_focal
     counts["focal_focal_links"] = int((fc & fr).sum())

@@ -39,6 +39,7 @@ from sciencemap.runtime import UserError
 from sciencemap.storage import atomic_file, dataset
 from sciencemap.vectors import open_vectors, take_rows
 
+from mapping.citation_graphs import Citations, citation_graphs, read_citations
 from mapping.curves import Criterion, accuracy_at, relative_accuracies, sweep
 from mapping.mesh_accuracy import mesh_terms, mesh_vectors
 from mapping.relatedness import RelGraph, hybrid
@@ -184,8 +185,11 @@ def encoder_graph(where, ids: pa.Array, k: int, name: str) -> tuple[RelGraph | N
     return RelGraph(name, len(ids), len(ids), have[g.lo], have[g.hi], g.a, {**g.info, "papers_with_vector": int(len(have))}), int(len(have))
 
 
-def build_graphs(layout: RunLayout, t: pa.Table, crit: Criterion, cfg) -> tuple[dict[str, RelGraph], dict[str, str]]:
-    """Every method's graph on the focal papers; {name: why} for those that could not be built."""
+def build_graphs(layout: RunLayout, t: pa.Table, crit: Criterion, cfg,
+                 citations: Citations | None = None) -> tuple[dict[str, RelGraph], dict[str, str]]:
+    """Every method's graph on the focal papers; {name: why} for those that could not be built.
+    The citation graphs come from `citations` (the references table read once for all criteria;
+    None: the run has no references table)."""
     ids, n, k = t.column("paper_id").combine_chunks(), t.num_rows, cfg.compare_k
     graphs, skipped = {}, {}
     for name, where in [("encoder", layout)] + extra_vector_stores(cfg.extra_vectors):
@@ -202,17 +206,12 @@ def build_graphs(layout: RunLayout, t: pa.Table, crit: Criterion, cfg) -> tuple[
     if sum(bool(x) for x in texts) >= 2:
         graphs["tfidf"] = tfidf_graph(texts, k)
         graphs["bm25"] = bm25_graph(texts, k)
-    if layout.table("references").exists():
-        try:
-            from mapping.citation_graphs import citation_graphs
-        except ImportError:
-            citation_graphs = None
-        if citation_graphs is not None:
-            for name, g in citation_graphs(dataset(layout.table("references")), ids).items():
-                if g.m:
-                    graphs[name] = g
-                else:
-                    skipped[name] = "no citation links between these papers"
+    if citations is not None:
+        for name, g in citation_graphs(citations, ids).items():
+            if g.m:
+                graphs[name] = g
+            else:
+                skipped[name] = "no citation links between these papers"
     else:
         skipped["citations"] = "the run has no references table"
     graphs[FLOOR] = random_regular_graph(n, k, cfg.random_graph_seed)
@@ -288,9 +287,13 @@ def granularity_targets(cfg, n: int) -> list[float]:
     return [round(n / d, 1) for d in (62.5, 25.0, 12.5)]   # 20 / 50 / 100 on 1,250 papers
 
 
-def compare(layout: RunLayout, cfg) -> dict:
-    """The comparison for every criterion the run has: {criterion: {...}} (also written to the run)."""
+def compare(layout: RunLayout, cfg, citations: Citations | None = None) -> dict:
+    """The comparison for every criterion the run has: {criterion: {...}} (also written to the run).
+    `citations`: the references table as codes (mapping.citation_graphs.read_citations), shared
+    with the caller; when not given and the run has references, read here once for all criteria."""
     papers = dataset(layout.table("papers"), "run the ingest stage first")
+    if citations is None and layout.table("references").exists():
+        citations = read_citations(dataset(layout.table("references")), open_vectors(layout).ids_arrow())
     out_dir = layout.root / "relatedness"
     out: dict = {}
     rows_all = []
@@ -307,7 +310,7 @@ def compare(layout: RunLayout, cfg) -> dict:
         if len(crit.rows) < cfg.min_papers:
             out[name] = {"skipped": f"{len(crit.rows)} papers have informative {CRITERIA[name][2]}"}
             continue
-        graphs, skipped = build_graphs(layout, t, crit, cfg)
+        graphs, skipped = build_graphs(layout, t, crit, cfg, citations)
         n_eval = len(crit.rows)
         targets = granularity_targets(cfg, n_eval)
         g_range = (min(targets) / 2.0, min(max(targets) * 2.0, n_eval / 2.0))

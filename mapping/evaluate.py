@@ -7,13 +7,15 @@ permutes those labels (same cluster sizes, seeded) so a reader sees how far A is
 Built for 33M papers: the papers table is read in Arrow batches (paper_id and mesh only; papers
 without MeSH filtered out per batch) into compact assignment arrays (mapping.mesh_accuracy);
 paper ids are mapped once to vector-store rows (the integer ids of edges and clusters); cluster
-labels are read per resolution as (row, cluster) NumPy arrays and gathered by row; references
-are mapped to rows in chunks of about n (one id hash table per chunk) and kept as int64 link keys.
+labels are read per resolution as (row, cluster) NumPy arrays and gathered by row; the references
+table is read once into integer codes (vector-store rows, then the other ids; one int64 key a
+distinct pair, mapping.citation_graphs.read_citations), shared by every criterion's citation
+graphs and the direct-citation graph, and freed before the kNN graph is loaded.
 Network statistics (seed paper Table 6) of three graphs on the vector-store rows: the kNN graph,
 the direct-citation graph of the same papers and a random graph G(n, m) of the kNN graph's density
 (and one of the citation graph's density), with their pairwise edge overlap (Fig. 7).
 Memory: the vector store's ids (Arrow), 9 bytes per MeSH assignment, the publication vectors
-(~12 bytes per nonzero), one resolution's labels, the citation link keys (8 bytes each), the
+(~12 bytes per nonzero), one resolution's labels, the citation pair keys (8 bytes each), the
 graphs' edge arrays (8 bytes an edge each; the kNN weights are dropped) and one igraph graph at a
 time (mapping.netstats).
 """
@@ -41,11 +43,12 @@ from sciencemap.vectors import open_vectors
 
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
-from mapping.netstats import Links, edge_overlap, link_keys, network_stats, random_graph, sorted_unique
+from mapping.citation_graphs import Citations, read_citations
+from mapping.netstats import Links, default_workers, edge_overlap, network_stats, random_graph
 
 log = logging.getLogger(__name__)
 
-BATCH_ROWS = 1 << 16          # rows per Arrow batch read from the papers / references tables
+BATCH_ROWS = 1 << 16          # rows per Arrow batch read from the papers table
 
 
 @dataclass
@@ -56,11 +59,16 @@ class EvaluateConfig:
     extra_check_tags: list[str] = setting(help="descriptor names dropped as check tags too (TOML only)", factory=list)
     baseline_seed: int = setting(0, "seed of the permuted-labels baseline and of the shortest-path sample",
                                  flags=("--seed",))
-    path_sample: int = setting(200, "source nodes sampled for the average shortest path (0 = skip it)")
-    path_targets: int = setting(1000, "target nodes sampled for the average shortest path (0 = every node; "
-                                      "each source costs one breadth-first search over the graph either way)")
-    clustering_sample: int = setting(0, "nodes sampled for the average clustering coefficient (0 = every node; "
-                                        "set e.g. 100000 at tens of millions of papers)")
+    path_sample: int | None = setting(None, "source nodes sampled for the average shortest path (0 = skip it; "
+                                            "unset: 200, every node below; METHODS.md §5.5)")
+    path_targets: int | None = setting(None, "target nodes sampled for the average shortest path (0 = every node; "
+                                             "unset: 1,000, every node below; each source costs one breadth-first "
+                                             "search over the graph either way)")
+    clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (unset or "
+                                                  "0 = every node: igraph's all-node pass is faster than a sample; "
+                                                  "METHODS.md §5.5)")
+    path_workers: int = setting(0, "processes running the shortest-path searches (0 = one per core); same "
+                                   "figures whatever the number")
     random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "
                                         "the citation graph's density gets seed + 1)")
     random_citation_graph: bool = setting(True, "also measure a random graph of the citation graph's density")
@@ -178,46 +186,20 @@ def mesh_evaluation(papers: ds.Dataset, clusters: ds.Dataset, vector_ids: pa.Arr
     return out
 
 
-def citation_links(references: ds.Dataset, vector_ids: pa.Array, n: int, chunk_rows: int | None = None) -> np.ndarray:
-    """Distinct citation links between papers of the vector store, as sorted int64 link keys
-    (mapping.netstats.link_keys); references looked up in chunks of `chunk_rows` (default: as
-    many as there are ids, so building the id hash table costs no more than the lookups)."""
-    chunk_rows = chunk_rows or max(len(vector_ids), 1 << 20)
-    keys: list[np.ndarray] = []
-    pending: list[pa.RecordBatch] = []
-
-    def flush():
-        if not pending:
-            return
-        t = pa.Table.from_batches(pending)
-        pending.clear()
-        both = pa.chunked_array(t.column("citing_id").chunks + t.column("cited_id").chunks, pa.string())
-        rows = rows_of(both, vector_ids)
-        a, b = rows[:t.num_rows], rows[t.num_rows:]
-        ok = (a >= 0) & (b >= 0)
-        keys.append(link_keys(a[ok], b[ok], n))
-
-    with Progress("evaluate: citation links", references.count_rows(), "references") as p:
-        held = 0
-        for b in references.to_batches(columns=["citing_id", "cited_id"], batch_size=BATCH_ROWS):
-            pending.append(b)
-            held += b.num_rows
-            p.advance(b.num_rows)
-            if held >= chunk_rows:
-                flush()
-                held = 0
-        flush()
-    return sorted_unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+def citation_graph(citations: Citations) -> Links:
+    """The direct-citation graph on the vector-store rows (the ids `citations` were read against)."""
+    return Links.from_keys(citations.links_among_ids(), len(citations.ids))
 
 
 GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (kNN density)",
                 "random_citation": "random (citation density)"}
 
 
-def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig) -> dict:
+def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig, citation: Links | None = None) -> dict:
     """Table 6 statistics of the kNN, direct-citation and random graphs on the vector-store rows
     and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
-    One graph's igraph copy at a time; the kNN weights are dropped at once."""
+    `citation`: the direct-citation graph (`citation_graph`; None: none). One graph's igraph copy
+    at a time; the kNN weights are dropped at once."""
     knn = load_graph(layout)
     n = knn.n
     if n != len(vector_ids):
@@ -225,13 +207,17 @@ def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig) -> di
                         "re-run the knn and cluster stages")
     graphs = {"knn": Links(n, knn.lo, knn.hi)}
     del knn
-    if layout.table("references").exists():
-        graphs["citation"] = Links.from_keys(citation_links(dataset(layout.table("references")), vector_ids, n), n)
+    if citation is not None:
+        if citation.n != n:
+            raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
+        graphs["citation"] = citation
     graphs["random"] = random_graph(n, graphs["knn"].m, cfg.random_graph_seed)
     if cfg.random_citation_graph and "citation" in graphs:
         graphs["random_citation"] = random_graph(n, graphs["citation"].m, cfg.random_graph_seed + 1)
+    workers = cfg.path_workers or default_workers()
     stats = {name: network_stats(g, cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
-                                 clustering_sample=cfg.clustering_sample, name=name) for name, g in graphs.items()}
+                                 clustering_sample=cfg.clustering_sample, name=name, path_workers=workers)
+             for name, g in graphs.items()}
     names = list(graphs)
     overlap = [{"a": a, "b": b, **edge_overlap(graphs[a], graphs[b])}
                for i, a in enumerate(names) for b in names[i + 1:]]
@@ -502,22 +488,31 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
         lines.append("No clustered paper has MeSH descriptors; accuracy not computed.")
     lines.append("")
 
+    # the references table, read once for the criteria's citation graphs and the direct-citation graph
+    t4 = time.perf_counter()
+    citations = read_citations(dataset(layout.table("references")), vector_ids) \
+        if layout.table("references").exists() else None
+    t_refs = time.perf_counter() - t4
     t_cmp = 0.0
     if cfg.compare:
         from mapping.compare import compare, compare_section
         t3 = time.perf_counter()
-        cmp = compare(layout, cfg)
+        cmp = compare(layout, cfg, citations)
         t_cmp = time.perf_counter() - t3
         metrics["comparison"] = cmp
         lines += compare_section(cmp, cfg)
 
     t2 = time.perf_counter()
-    net = networks(layout, vector_ids, cfg)
+    citation = citation_graph(citations) if citations is not None else None
+    del citations                      # freed before the kNN graph is loaded
+    net = networks(layout, vector_ids, cfg, citation)
+    del citation
     del vector_ids
     metrics["network"] = net
     t_net = time.perf_counter() - t2
     lines += network_section(net)
-    metrics["timings"] = {"mesh_s": round(t_mesh, 3), "comparison_s": round(t_cmp, 3), "network_s": round(t_net, 3),
+    metrics["timings"] = {"mesh_s": round(t_mesh, 3), "references_s": round(t_refs, 3), "comparison_s": round(t_cmp, 3),
+                          "network_s": round(t_net, 3),
                           "total_s": round(time.perf_counter() - t0, 3),
                           "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),
                           "rss_end_mb": round(current_rss_mb())}

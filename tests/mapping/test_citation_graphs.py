@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mapping.citation_graphs import citation_graphs
+from mapping.citation_graphs import citation_graphs, read_citations
 from sciencemap.storage import dataset
 
 FOCAL = pa.array(["f0", "f1", "f2", "f3", "f4"])
@@ -160,3 +160,58 @@ def test_bad_arguments():
         citation_graphs(refs_table(), pa.array(["f0", "f0"]))
     with pytest.raises(TypeError):
         citation_graphs(refs_table(), FOCAL, max_neigbours=3)
+
+
+def _random_refs(seed, pool=150, rows=1200):
+    rng = np.random.default_rng(seed)
+    ids = [f"p{i:03d}" for i in range(pool)]
+    cit = rng.integers(0, pool, rows)
+    ref = (rng.random(rows) ** 2 * pool).astype(int)
+    return ids, refs_table([(ids[c], ids[r] if rng.random() > 0.05 else None) for c, r in zip(cit, ref)])
+
+
+def test_citations_read_once_serve_every_focal_set_as_a_read_per_set_does(tmp_path):
+    """The evaluate stage reads the table once against the vector store's ids and builds each
+    criterion's graphs from those codes; each must equal the graphs of a table read for that
+    focal set alone (ids in the store or not, focal papers outside the store too)."""
+    ids, t = _random_refs(4)
+    rng = np.random.default_rng(5)
+    store = pa.array(rng.permutation(ids)[:100].tolist())       # 50 of the ids are not in the store
+    shared = read_citations(t, store, chunk_rows=300)
+    for size in (10, 40, 90):
+        focal = pa.array(rng.permutation(ids)[:size].tolist())
+        alone = citation_graphs(t, focal, max_neighbours=5)
+        got = citation_graphs(shared, focal, max_neighbours=5)
+        for g in (alone, got):
+            for x in g.values():
+                # counted over the rows read: the whole table when shared, the focal set's rows alone
+                for k in ("without_focal_end", "distinct_pairs", "duplicates", "self_citations"):
+                    x.info.pop(k)
+        _same(alone, got)
+
+
+def test_citation_counts_and_links_against_a_direct_count():
+    ids, t = _random_refs(6)
+    store = pa.array(ids[:90])
+    c = read_citations(t, store, chunk_rows=100)
+    rows = [(a, b) for a, b in zip(t.column("citing_id").to_pylist(), t.column("cited_id").to_pylist())]
+    resolved = [(a, b) for a, b in rows if a is not None and b is not None]
+    distinct = {(a, b) for a, b in resolved if a != b}
+    assert c.counts["references_read"] == len(rows) and c.counts["unresolved"] == len(rows) - len(resolved)
+    assert c.counts["self_citations"] == sum(a == b for a, b in resolved)
+    assert c.counts["distinct_pairs"] == len(distinct) == len(c.keys)
+    code = {x: i for i, x in enumerate(store.to_pylist() + c.other.to_pylist())}
+    assert sorted((code[a] << 31) | code[b] for a, b in distinct) == c.keys.tolist()
+    row = {x: i for i, x in enumerate(store.to_pylist())}
+    undirected = {(min(row[a], row[b]), max(row[a], row[b])) for a, b in distinct if a in row and b in row}
+    assert c.links_among_ids().tolist() == sorted(lo * 90 + hi for lo, hi in undirected)
+    # a focal set's pairs: every distinct pair with a focal end, in focal numbering
+    focal = pa.array(ids[80:120])
+    cit, ref, other, fc = c.focal_pairs(focal)
+    node = {x: i for i, x in enumerate(focal.to_pylist())}
+    node.update({x: len(node) + i for i, x in enumerate(other.to_pylist())})
+    fset = set(focal.to_pylist())
+    want = sorted((node[a], node[b]) for a, b in distinct if a in fset or b in fset)
+    assert list(zip(cit.tolist(), ref.tolist())) == want
+    assert fc == {"distinct_pairs": len(want), "without_focal_end": len(distinct) - len(want)}
+    assert not set(other.to_pylist()) & set(focal.to_pylist())

@@ -13,7 +13,8 @@ from sciencemap.storage import dataset, read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
 
 from mapping.cluster import ClusterConfig, load_graph, run_cluster
-from mapping.evaluate import EvaluateConfig, citation_links, mesh_evaluation, run_evaluate
+from mapping.citation_graphs import read_citations
+from mapping.evaluate import EvaluateConfig, mesh_evaluation, run_evaluate
 from mapping.knn import KnnConfig, run_knn
 from mapping.mesh_accuracy import accuracy, granularity, publication_vectors
 
@@ -155,7 +156,7 @@ def test_citation_links_by_row(tmp_path, make_run):
     n = vec.n
     expect = np.array(sorted([0 * n + 1, 2 * n + 9, 8 * n + 9]))
     for chunk in (None, 2):
-        got = citation_links(dataset(layout.table("references")), vec.ids_arrow(), n, chunk_rows=chunk)
+        got = read_citations(dataset(layout.table("references")), vec.ids_arrow(), chunk_rows=chunk).links_among_ids()
         assert np.array_equal(got, expect)
 
 

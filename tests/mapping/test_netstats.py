@@ -7,7 +7,8 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.netstats import (Links, edge_overlap, link_keys, links_in_graph, network_stats, random_graph,
+from mapping.netstats import (PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
+                              links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
                               sorted_unique)
 
 
@@ -156,3 +157,38 @@ def test_sorted_unique_equals_numpy_unique():
     rng = np.random.default_rng(6)
     for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64)):
         assert np.array_equal(sorted_unique(k.astype(np.int64)), np.unique(k))
+
+
+def test_sample_sizes_follow_n_unless_set():
+    # the clustering coefficient over every node at any n (igraph's fast path); paths capped at n
+    assert sample_sizes(14_000) == (14_000, PATH_SOURCES, PATH_TARGETS)
+    assert sample_sizes(150) == (150, 150, 150)
+    # large graphs: fixed path samples whose cost and standard error do not grow with n
+    assert sample_sizes(33_000_000) == (33_000_000, PATH_SOURCES, PATH_TARGETS)
+    # explicit settings win, 0 included (every node / no path lengths / every target)
+    assert sample_sizes(33_000_000, clustering=0, sources=0, targets=0) == (0, 0, 0)
+    assert sample_sizes(14_000, clustering=100, sources=7, targets=9) == (100, 7, 9)
+
+
+def test_unset_samples_give_the_figures_of_the_previous_defaults():
+    g = _random_graph(1500, 4000, seed=4)
+    unset = network_stats(g)
+    old_defaults = network_stats(g, path_sample=200, path_targets=1000, clustering_sample=0)
+    assert unset == old_defaults and "clustering_sample" not in unset
+    assert unset["shortest_path_sources"] == 200 and unset["shortest_path_targets"] == 1000
+
+
+def test_parallel_breadth_first_searches_give_the_sequential_answer():
+    g = _random_graph(2000, 2600, seed=5).igraph()     # sparse: unreachable pairs too
+    rng = np.random.default_rng(0)
+    src, tgt = np.sort(rng.choice(2000, 70, replace=False)), np.sort(rng.choice(2000, 300, replace=False))
+    one = sampled_path_length(g, src, tgt, per_call=4, workers=1)
+    for workers, per_call in ((2, 4), (3, 16), (8, 1)):
+        assert sampled_path_length(g, src, tgt, per_call=per_call, workers=workers) == one
+    d = np.asarray(g.distances(source=src.tolist(), target=tgt.tolist()), float)
+    ok = np.isfinite(d) & (d > 0)
+    assert one[:2] == (d[ok].mean(), int(ok.sum()))
+    # the standard error: the ratio estimator over the sources, against its formula written out
+    s, c = np.where(ok, d, 0).sum(axis=1), ok.sum(axis=1)
+    k, r = len(s), s.sum() / c.sum()
+    assert one[2] == pytest.approx(np.sqrt(np.sum(((s - r * c) / c.mean()) ** 2) / (k * (k - 1))), rel=1e-12)
