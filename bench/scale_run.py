@@ -7,9 +7,9 @@ the projected run at 33M papers on one node (16 cores, 128 GB, 1 H100).
 
 Per size, in its own run directory under --root (inputs cached between calls):
 1. inputs: bench/synthetic.py write_input_corpus, S2ORC JSON Lines with references (lognormal
-   counts, mean ~35; popular cited papers; 30% of the pool cited-only), a seeded --fulltext-share
-   with full-text bodies (the training corpus, role train) and the rest title, abstract, fields
-   and bibliography (the map corpus, role map);
+   counts, mean ~35; CitationModel: preferential, 70% in the topic, 30% cited-only), a seeded
+   --fulltext-share with full-text bodies (the training corpus, role train) and the rest title,
+   abstract, fields and bibliography (the map corpus, role map);
 2. ingest, importance: the Spark jobs (local mode, every core), as `python jobs/<stage>.py`;
 3. train, embed: GPU stages, not run on a CPU: their 33M time comes from the H100 figures of
    bench/gpu_throughput.py (--gpu-json, else the figures measured there on 2026-11-26 and named
@@ -195,7 +195,7 @@ def one_size(n: int, args, log: Path) -> dict:
     rows = {}
     for stage in CPU_STAGES:
         if stage == "knn":  # the embed stage's stand-in: generated vectors for every paper
-            child(synthetic("write_input_vectors", repr(str(run)), str(corpus["topics"]), f"seed={args.seed}",
+            child(synthetic("write_input_vectors", repr(str(run)), str(n), f"seed={args.seed}",
                             f"dim={args.dim}"), log)
         rows[stage] = child([sys.executable, f"jobs/{stage}.py", "--run", str(run), "--config", str(cfg)], log)
         r = rows[stage]

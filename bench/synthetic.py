@@ -151,6 +151,45 @@ def corpus_topics(n: int, n_topics: int = 0, seed: int = 0, draw_seed: int | Non
     return rng.integers(0, n_topics or default_topics(n), n)
 
 
+class CitationModel:
+    """Who cites whom in the generated corpora: `draw(rng, citing)` gives, for each citing row, a
+    cited index and whether it lies outside the corpus (then an index into an outside pool of n
+    papers). A share `outside_share` is outside; the rest are corpus papers of the citing paper's
+    topic with probability `same_topic` (so citations and topics agree, as in real literature),
+    else of any topic. Within the pool drawn from, a paper is cited with probability proportional
+    to its popularity, Pareto(`popularity_alpha`) + 1: preferential attachment's heavy tail."""
+
+    def __init__(self, topic_of: np.ndarray, rng: np.random.Generator, popularity_alpha: float = 1.5,
+                 same_topic: float = 0.7, outside_share: float = 0.3):
+        self.topic_of, self.same_topic, self.outside_share = topic_of, same_topic, outside_share
+        n = self.n = len(topic_of)
+        n_topics = int(topic_of.max()) + 1 if n else 0
+        popularity = rng.pareto(popularity_alpha, n) + 1.0
+        outside_pop = rng.pareto(popularity_alpha, n) + 1.0
+        # preferential choice within a topic: one cumulative popularity over the rows sorted by topic
+        self.by_topic = np.argsort(topic_of, kind="stable")
+        self.cum = np.cumsum(popularity[self.by_topic])
+        self.topic_end = self.cum[np.searchsorted(topic_of[self.by_topic], np.arange(n_topics), side="right") - 1]
+        self.topic_start = np.r_[0.0, self.topic_end[:-1]]
+        self.outside_cum = np.cumsum(outside_pop)
+
+    def draw(self, rng: np.random.Generator, citing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m, n = len(citing), self.n
+        outside = rng.random(m) < self.outside_share
+        local = rng.random(m) < self.same_topic
+        u = rng.random(m)
+        inside = np.flatnonzero(~outside)
+        t = self.topic_of[citing[inside]]
+        target = np.where(local[inside], self.topic_start[t] + u[inside] * (self.topic_end[t] - self.topic_start[t]),
+                          u[inside] * self.cum[-1])
+        cited = np.empty(m, np.int64)
+        cited[inside] = self.by_topic[np.minimum(np.searchsorted(self.cum, target, side="right"), n - 1)]
+        out_rows = np.flatnonzero(outside)
+        cited[out_rows] = np.minimum(np.searchsorted(self.outside_cum, u[out_rows] * self.outside_cum[-1],
+                                                     side="right"), n - 1)
+        return cited, outside
+
+
 def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, refs_sigma: float = 0.7,
                      popularity_alpha: float = 1.5, same_topic: float = 0.7, outside_share: float = 0.3,
                      unresolved_share: float = 0.03, shard: int = 100_000, seed: int = 0,
@@ -160,29 +199,17 @@ def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, r
 
     - Reference-list lengths: lognormal with mean `mean_refs` and log-sd `refs_sigma` (rounded; a
       long tail of review-sized lists, some papers with none).
-    - Cited papers: a share `outside_share` outside the corpus (`<outside_prefix>:<j>`, a pool of
-      n papers), the rest corpus papers, of the citing paper's topic with probability `same_topic`
-      (so citations and topics agree, as in real literature), else any topic. Within the pool
-      drawn from, a paper is cited with probability proportional to its popularity, Pareto
-      (`popularity_alpha`) + 1: preferential attachment's heavy tail (most papers cited a few
-      times, a few thousands of times). A paper may cite itself or the same paper twice (rare;
-      the readers drop and count both).
+    - Cited papers: CitationModel (outside ones are `<outside_prefix>:<j>`); most papers are cited
+      a few times, a few thousands of times. A paper may cite itself or the same paper twice
+      (rare; the readers drop and count both).
     - A share `unresolved_share` of the cited ids is null (references not matched to a paper).
     Returns the counts: references (rows), those to corpus papers (resolved or not), the most
     cited corpus paper's resolved citations."""
     run = Path(run)
     topic_of = np.asarray(topic_of)
     n = len(topic_of)
-    n_topics = int(topic_of.max()) + 1 if n else 0
     rng = np.random.default_rng([seed, 7])
-    popularity = rng.pareto(popularity_alpha, n) + 1.0
-    outside_pop = rng.pareto(popularity_alpha, n) + 1.0
-    # preferential choice within a topic: one cumulative popularity over the rows sorted by topic
-    by_topic = np.argsort(topic_of, kind="stable")
-    cum = np.cumsum(popularity[by_topic])
-    topic_end = cum[np.searchsorted(topic_of[by_topic], np.arange(n_topics), side="right") - 1]
-    topic_start = np.r_[0.0, topic_end[:-1]]
-    outside_cum = np.cumsum(outside_pop)
+    model = CitationModel(topic_of, rng, popularity_alpha, same_topic, outside_share)
     mu = np.log(mean_refs) - refs_sigma ** 2 / 2              # lognormal mean = exp(mu + sigma² / 2)
     out = run / "references"
     out.mkdir(parents=True, exist_ok=True)
@@ -194,17 +221,8 @@ def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, r
         lengths = np.round(rng.lognormal(mu, refs_sigma, hi - lo)).astype(np.int64)
         citing = np.repeat(np.arange(lo, hi), lengths)
         m = len(citing)
-        outside = rng.random(m) < outside_share
-        local = rng.random(m) < same_topic
-        u = rng.random(m)
+        cited, outside = model.draw(rng, citing)
         inside = np.flatnonzero(~outside)
-        t = topic_of[citing[inside]]
-        target = np.where(local[inside], topic_start[t] + u[inside] * (topic_end[t] - topic_start[t]),
-                          u[inside] * cum[-1])
-        cited = np.empty(m, np.int64)
-        cited[inside] = by_topic[np.minimum(np.searchsorted(cum, target, side="right"), n - 1)]
-        out_rows = np.flatnonzero(outside)
-        cited[out_rows] = np.minimum(np.searchsorted(outside_cum, u[out_rows] * outside_cum[-1], side="right"), n - 1)
         unresolved = rng.random(m) < unresolved_share
         cited_count += np.bincount(cited[inside[~unresolved[inside]]], minlength=n)
         citing_ids = pa.array(np.char.add(f"{id_prefix}:", citing.astype(str)).astype(object), pa.string())
@@ -223,53 +241,32 @@ def write_references(run: Path, topic_of: np.ndarray, mean_refs: float = 30.0, r
 SYN_DOI = "10.5555/syn."                 # paper i of the pool is doi:10.5555/syn.<i>
 SECTIONS = ("Introduction", "Methods", "Results", "Discussion")
 REFS_PER_PAPER = (3.4, 0.55)             # lognormal: mean ~35, the 1-1.5 billion links of a 33M map
-POPULARITY_SIGMA = 1.5                   # lognormal popularity of cited papers: hubs, as in importance/generate.py
-SAME_TOPIC_SHARE = 0.7                   # references to papers of the citing paper's own topic
 
 
 def pool_topics(pool: int, n_topics: int, seed: int) -> np.ndarray:
-    """The topic of every pool paper (corpus papers 0..n-1, then the cited-only ones): what the
-    generated vectors of write_input_vectors follow."""
+    """The topic of every pool paper (corpus papers 0..n-1, then the outside ones, which are cited
+    regardless of topic): what the generated vectors of write_input_vectors follow."""
     return np.random.default_rng([seed, 7]).integers(0, n_topics, pool)
 
 
-def _references(rng, citing: np.ndarray, topic: np.ndarray, by_topic: list, cum_all: np.ndarray) -> list:
-    """Pool indices cited by each citing paper: lognormal counts; SAME_TOPIC_SHARE from its own
-    topic, the rest from the whole pool, both by popularity (heavy-tailed in-degrees)."""
-    counts = np.maximum(1, np.round(rng.lognormal(*REFS_PER_PAPER, len(citing)))).astype(np.int64)
-    owner = np.repeat(np.arange(len(citing)), counts)
-    same = rng.random(len(owner)) < SAME_TOPIC_SHARE
-    cited = np.searchsorted(cum_all, rng.random(len(owner)) * cum_all[-1]).astype(np.int64)
-    for t in np.unique(topic[citing[owner[same]]]):
-        members, cum = by_topic[t]
-        pick = same & (topic[citing[owner]] == t)
-        cited[pick] = members[np.searchsorted(cum, rng.random(int(pick.sum())) * cum[-1])]
-    cuts = np.cumsum(counts)[:-1]
-    return [np.unique(x[x != c]) for x, c in zip(np.split(cited, cuts), citing)]
-
-
-def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, pool_factor: float = 1.3,
-                       paragraphs: int = 5, per_file: int = 20_000, seed: int = 0) -> dict:
+def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, paragraphs: int = 5,
+                       per_file: int = 20_000, seed: int = 0) -> dict:
     """n generated papers as S2ORC JSON Lines under root/train (full text: body paragraphs in four
     sections with a cite span per mention) and root/map (title, abstract, fields and the
-    bibliography only), a seeded `fulltext_share` of them with full text. References cite a pool of
-    pool_factor x n papers (those past n are cited-only, outside the corpus) with lognormal counts
-    and popularity; every entry carries the cited paper's DOI, title, authors and year, so
-    resolution is by DOI. Titles and abstracts are words of the paper's topic (pool_topics)."""
+    bibliography only), a seeded `fulltext_share` of them with full text. Reference lists are
+    lognormal (REFS_PER_PAPER) and the cited papers drawn by CitationModel: corpus papers, or
+    papers n..2n-1 outside the corpus (cited-only). Every entry carries the cited paper's DOI,
+    title, authors and year, so resolution is by DOI. Titles and abstracts are words of the
+    paper's topic (pool_topics)."""
     import json
 
     root = Path(root)
-    pool = int(n * pool_factor)
-    n_topics = max(20, n // 400)
+    n_topics = default_topics(n)
     c = Corpus(8, n_topics, max(4, n_topics // 20), 40, seed)
-    topic = pool_topics(pool, n_topics, seed)
+    topic = pool_topics(2 * n, n_topics, seed)
     rng = np.random.default_rng([seed, 8])
-    popularity = rng.lognormal(0.0, POPULARITY_SIGMA, pool)
-    order = np.argsort(topic, kind="stable")
-    bounds = np.searchsorted(topic[order], np.arange(n_topics + 1))
-    by_topic = [(order[a:b], np.cumsum(popularity[order[a:b]])) for a, b in zip(bounds[:-1], bounds[1:])]
-    cum_all = np.cumsum(popularity)
-    year = np.clip(np.round(c.topic_year[topic] + rng.normal(0, 4, pool)), 1950, 2026).astype(int)
+    model = CitationModel(topic[:n], rng)
+    year = np.clip(np.round(c.topic_year[topic] + rng.normal(0, 4, 2 * n)), 1950, 2026).astype(int)
     fulltext = rng.random(n) < fulltext_share
     names = words(5000, "", np.random.default_rng([seed, 9]))
 
@@ -284,6 +281,13 @@ def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, pool_fac
         w = c.topic_words[t]
         return " ".join(c.vocab[np.where(r.random(k) < 0.6, w[r.integers(0, 8, k)], r.integers(0, len(c.vocab), k))])
 
+    def reference_lists(r, citing):
+        counts = np.maximum(1, np.round(r.lognormal(*REFS_PER_PAPER, len(citing)))).astype(np.int64)
+        owner = np.repeat(citing, counts)
+        cited, outside = model.draw(r, owner)
+        cited = np.where(outside, n + cited, cited)
+        return [np.unique(x[x != i]) for x, i in zip(np.split(cited, np.cumsum(counts)[:-1]), citing)]
+
     for role in ("train", "map"):
         (root / role).mkdir(parents=True, exist_ok=True)
     files = {"train": None, "map": None}
@@ -291,7 +295,7 @@ def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, pool_fac
     for lo in range(0, n, per_file):
         r = np.random.default_rng([seed, 10, lo])
         citing = np.arange(lo, min(n, lo + per_file))
-        refs = _references(r, citing, topic, by_topic, cum_all)
+        refs = reference_lists(r, citing)
         out = {role: open(root / role / f"part-{lo // per_file:05d}.jsonl", "w") for role in files}
         for i, cited in zip(citing, refs):
             role = "train" if fulltext[i] else "map"
@@ -321,24 +325,24 @@ def write_input_corpus(root: Path, n: int, fulltext_share: float = 0.1, pool_fac
             counts["references"] += len(cited)
         for f in out.values():
             f.close()
-    return {"papers": n, "pool": pool, "topics": n_topics, **counts}
+    return {"papers": n, "topics": n_topics, **counts}
 
 
-def write_input_vectors(run: Path, n_topics: int, seed: int = 0, dim: int = 384, noise: float = 0.9,
+def write_input_vectors(run: Path, n: int, seed: int = 0, dim: int = 384, noise: float = 0.9,
                         shard: int = 100_000) -> dict:
     """Embeddings shards for every paper in run/papers (corpus and cited-only), as the embed stage
     would write them, from the mixture of the paper's topic (pool_topics; ids doi:10.5555/syn.<i>):
     the GPU stages stand aside on a CPU-only scale run and the mapping stages get vectors with
-    topic structure. n_topics and seed: write_input_corpus's. A paper whose id is not a generated
-    DOI gets a random topic."""
+    topic structure. n and seed: write_input_corpus's. A paper whose id is not a generated DOI gets
+    a random topic."""
     from sciencemap.storage import read_table
 
     run = Path(run)
     ids = read_table(run / "papers", columns=["paper_id"]).column("paper_id").to_numpy(zero_copy_only=False)
     prefix = "doi:" + SYN_DOI
     index = np.array([int(x[len(prefix):]) if x.startswith(prefix) else -1 for x in ids], dtype=np.int64)
-    pool = int(index.max()) + 1
-    topic_of = pool_topics(max(pool, 1), n_topics, seed)
+    n_topics = default_topics(n)
+    topic_of = pool_topics(2 * n, n_topics, seed)
     rng = np.random.default_rng([seed, 11])
     topic = np.where(index >= 0, topic_of[np.maximum(index, 0)], rng.integers(0, n_topics, len(index)))
     c = Corpus(dim, n_topics, max(4, n_topics // 20), 40, seed)

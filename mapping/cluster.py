@@ -459,8 +459,9 @@ class LeidenRuns:
             for r in todo:
                 yield (r, *cluster_graph(self.graph, r, self.cfg, self.g))
             return
-        # the coarsest resolutions first: their Leiden runs take longest, so the others fill the gaps
-        futures = {self._pool.submit(_cluster_shared, r): r for r in sorted(todo)}
+        # the finest resolutions first: their runs take longest (1M nodes, 19M edges, 3 iterations:
+        # 51, 72, 97 s at γ = 3e-4, 1e-3, 3e-3), so the shorter ones fill the gaps at the end
+        futures = {self._pool.submit(_cluster_shared, r): r for r in sorted(todo, reverse=True)}
         for f in as_completed(futures):
             yield (futures[f], *f.result())
 
