@@ -153,6 +153,10 @@ MIN_OUTPUT_FILES = 2
 MIN_HEAP = 2 * GiB
 HEAP_PER_BUSY_SLOT = 1 * GiB          # working memory of one running task
 HEAP_PER_FILE = 1 * KiB               # the driver's index of one listed input file (status + split)
+# ingest: binaryFile hands each file whole to a Python reader; the JVM pickles the byte array as a
+# string (up to 2 bytes a byte) into a buffer that grows by doubling, beside the array itself: a
+# 110 MB JSON Lines file ran a 3 GB heap out of memory with 2 tasks (bench/scale_run.py, 250k papers)
+WHOLE_FILE_HEAP = 6
 HEAP_SHARE = 0.5                      # of this machine's memory, at most, for the driver heap
 SPARK_DEFAULT_DRIVER_MEMORY = "1g"    # what a JVM started without spark.driver.memory has
 EXECUTOR_CORES = 4
@@ -538,10 +542,13 @@ def plan_launch(cfg, size: InputSize, machine: Machine, preset: dict | None = No
     busy = min(slots or machine.cores, max(1, math.ceil(size.bytes / READ_PARTITION_BYTES)))
     cap = max(MIN_HEAP, int(HEAP_SHARE * machine.memory))
     index = HEAP_PER_FILE * size.files
+    whole = WHOLE_FILE_HEAP * size.largest if hasattr(cfg, "inputs") else 0  # ingest reads files whole
     if local:
-        need = HEAP_PER_BUSY_SLOT * busy + size.bytes + index
+        need = (HEAP_PER_BUSY_SLOT + whole) * busy + size.bytes + index
         derived = _gib_text(min(cap, max(MIN_HEAP, need)))
-        derived_why = (f"local mode: {human(HEAP_PER_BUSY_SLOT)} x {busy} busy cores + {human(size.bytes)} "
+        per_slot = human(HEAP_PER_BUSY_SLOT) + (f" + {WHOLE_FILE_HEAP} x the largest file {human(size.largest)}"
+                                               if whole else "")
+        derived_why = (f"local mode: ({per_slot}) x {busy} busy cores + {human(size.bytes)} "
                        f"{size.what} + {human(HEAP_PER_FILE)} x {size.files} files = {human(need)}, "
                        f"kept within {human(MIN_HEAP)} .. half of {human(machine.memory)}")
     else:

@@ -312,3 +312,18 @@ def test_spark_submit_settings_are_kept(tmp_path):
     assert (s["shuffle_partitions"]["value"], s["shuffle_partitions"]["source"]) == (7, "spark-submit")
     assert r["conf"] == "7" and r["record"]["task_slots"] == 1
     assert s["max_partition_bytes"]["source"] == "auto" and r["maxpb"] == str(128 * MiB)
+
+
+def test_ingest_heap_holds_the_largest_file_in_every_busy_slot():
+    """binaryFile hands each file whole to Python: the ingest heap grows with the largest file,
+    the importance heap (Parquet read in splits) does not."""
+    from importance.spark import WHOLE_FILE_HEAP, size_bytes
+
+    small = InputSize(2 * GiB, 26, largest=10 * MiB)
+    big = InputSize(2 * GiB, 26, largest=500 * MiB)
+    base = size_bytes(plan_launch(IngestConfig(), small, NODE)["driver_memory"].value, "m")
+    grown = size_bytes(plan_launch(IngestConfig(), big, NODE)["driver_memory"].value, "m")
+    busy = math.ceil(2 * GiB / (128 * MiB))  # 16 read partitions, all 16 of NODE's slots busy
+    assert grown - base >= busy * WHOLE_FILE_HEAP * (500 - 10) * MiB - GiB   # within the GiB rounding
+    assert (plan_launch(ImportanceConfig(), big, NODE)["driver_memory"].value
+            == plan_launch(ImportanceConfig(), small, NODE)["driver_memory"].value)
