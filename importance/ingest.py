@@ -58,6 +58,7 @@ HIDDEN_FILE_REASON = "hidden file: Spark does not read names starting with '.' o
 EMPTY_FILE_REASON = "empty file"
 SKIPPED_LISTED = 50  # skipped files named in ingest_summary.json (and the report); the files table has all
 WARNINGS_LISTED = 20
+SIDE_KINDS = ("file", "warning")  # record kinds of the files and warnings tables
 ROLES = ("train", "map", "train+map")
 DEFAULT_ROLE = "train+map"
 
@@ -153,30 +154,8 @@ def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, rows):
             yield kind, rec
 
 
-def _to_row(kinds: tuple, names: dict, rec):
-    """A reader record as one row of records_frame: its kind, then one slot per kind, its own
-    filled and the others null; a record of no known kind gives none."""
-    kind, d = rec
-    if kind not in names:
-        return []
-    row = [kind] + [None] * len(kinds)
-    row[1 + kinds.index(kind)] = tuple(d.get(n) for n in names[kind])
-    return [row]
-
-
-def records_frame(spark, raw):
-    """Every reader record in one DataFrame, converted from Python records in one pass: `kind` and
-    a struct column per kind. Each kind's table is then a filter in the JVM; a filter per kind over
-    the Python records (as before) unpickled every record once per kind, which dominated the
-    stage at scale (bench/scale_run.py)."""
-    from pyspark.sql import types as T
-
-    schemas = _internal_schemas()
-    kinds = tuple(schemas)
-    wide = T.StructType([T.StructField("kind", T.StringType(), False)]
-                        + [T.StructField(k, schemas[k]) for k in kinds])
-    names = {k: schemas[k].names for k in kinds}
-    return spark.createDataFrame(raw.flatMap(partial(_to_row, kinds, names)), wide)
+def _to_tuple(names, rec):
+    return tuple(rec[1].get(n) for n in names)
 
 
 def resolve_input_path(path: str) -> Path:
@@ -321,9 +300,9 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listin
     return rdd.coalesce(max(1, min(rdd.getNumPartitions(), n)))
 
 
-def build_tables(spark, records, cited_only_min_citations: int = 1) -> dict:
-    """The ingest logic on DataFrames: dedup, citances, resolution. `records`: records_frame.
-    Returns DataFrames (lazy)."""
+def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
+    """The ingest logic on DataFrames: dedup, citances, resolution. Returns DataFrames (lazy)."""
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -332,7 +311,16 @@ def build_tables(spark, records, cited_only_min_citations: int = 1) -> dict:
     from importance.resolve import resolve_references
 
     schemas = _internal_schemas()
-    dfs = {kind: records.where(F.col("kind") == kind).select(f"{kind}.*") for kind in schemas}
+    dfs = {}
+    # The few file and warning records: taken from raw in one pass together (each kind's own
+    # filter would be a pass over every record in Python).
+    side = raw.filter(lambda r: r[0] in SIDE_KINDS).persist(StorageLevel.MEMORY_AND_DISK)
+    for kind, schema in schemas.items():
+        names = schema.names
+        # Cached: each kind is converted from Python records once, then reused by several joins.
+        records = side if kind in SIDE_KINDS else raw
+        dfs[kind] = spark.createDataFrame(records.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
+                                          schema).persist(StorageLevel.MEMORY_AND_DISK)
 
     # Duplicate paper ids: keep a full-text row (its mentions count) first, then the first by
     # (source_file, ord), reject the others; mapped when any of its inputs is mapped.
@@ -518,17 +506,20 @@ def listed_files(t: dict, per_source: dict) -> dict:
                          "first": [r.asDict() for r in warns]}}
 
 
-def raw_counts(records) -> dict:
-    """Records as parsed, before dedup and joins: {source: {paper, citance, reject:record, ...}}."""
-    from pyspark.sql import functions as F
+def _count_key(rec):
+    kind, d = rec
+    if kind == "reject":
+        return (d.get("source"), "reject:" + d.get("level", "record"))
+    return (d.get("source"), kind)
 
-    key = F.when(F.col("kind") == "reject", F.concat(F.lit("reject:"), F.coalesce("reject.level", F.lit("record"))))
-    rows = (records.where(F.col("kind").isin("paper", "citance", "reject"))
-            .groupBy(F.coalesce("paper.source", "citance.source", "reject.source").alias("source"),
-                     key.otherwise(F.col("kind")).alias("key")).count().collect())
+
+def raw_counts(raw) -> dict:
+    """Records as parsed, before dedup and joins: {source: {paper, citance, reject:record, ...}}."""
     out: dict = {}
-    for r in rows:
-        out.setdefault(r.source, {})[r.key] = r["count"]
+    pairs = (raw.filter(lambda r: r[0] in ("paper", "citance", "reject")).map(lambda r: (_count_key(r), 1))
+             .reduceByKey(lambda a, b: a + b).collect())
+    for (src, kind), n in pairs:
+        out.setdefault(src, {})[kind] = n
     return out
 
 
@@ -573,10 +564,9 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     found: dict[str, int] = {}
     for listing in listings:
         found[listing.source] = found.get(listing.source, 0) + listing.found
-    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions"), listings)
-    records = records_frame(spark, raw).persist(StorageLevel.MEMORY_AND_DISK)
+    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions"), listings).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        t = build_tables(spark, records, cfg.cited_only_min_citations)
+        t = build_tables(spark, raw, cfg.cited_only_min_citations)
         for name in ("papers", "references", "mentions"):
             t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
         for name in ("corpus", "cited_only"):  # the summary's counts read them again
@@ -585,10 +575,10 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
         root.mkdir(parents=True, exist_ok=True)
         for name in ("papers", "references", "mentions", "rejects", "warnings", "files"):
             write_spark_table(t[name], layout.table(name), name, partitions=used.value("output_partitions"))
-        per_source = summarise(t, raw_counts(records), found, source_roles(cfg.inputs))
+        per_source = summarise(t, raw_counts(raw), found, source_roles(cfg.inputs))
         listed = listed_files(t, per_source)
     finally:
-        records.unpersist()
+        raw.unpersist()
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
     unaccounted = [s for s, d in per_source.items() if not d["check_files_found_equals_accounted"]]
