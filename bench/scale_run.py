@@ -170,7 +170,7 @@ def child(cmd: list[str], log: Path) -> dict:
 
 def synthetic(*call: str) -> list[str]:
     """A child running one function of bench/synthetic.py and printing its JSON."""
-    code = ("import json, sys; sys.path.insert(0, 'bench'); import synthetic; "
+    code = ("import json; from bench import synthetic; "  # run from the checkout (child's cwd)
             f"print(json.dumps(synthetic.{call[0]}({', '.join(call[1:])})))")
     return [sys.executable, "-c", code]
 

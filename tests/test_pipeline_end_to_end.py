@@ -96,7 +96,7 @@ def test_counts_add_up_and_the_report_states_them(finished_run):
     report = (run / "report.md").read_text()
     rows = [line for line in report.splitlines() if line.startswith("| 0.0")]
     assert [float(r.split("|")[1]) for r in rows] == RESOLUTIONS     # one row per resolution
-    assert "| elife | 30 |" in report and "| pubmed | 200 |" in report
+    assert "| elife | train+map | 30 |" in report and "| pubmed | train+map | 200 |" in report
 
 
 def test_a_second_start_skips_finished_stages(finished_run, run_job):
