@@ -266,3 +266,14 @@ def test_ingest_roles_misses_an_unreachable_ratio(repo_root, tmp_path):
     for name in ("same corpus papers (ids)", "same references (citing, key, cited)", "no mention from the map role"):
         verdict(p, name, "met")
     assert summary(p) == (1, 0, 1)
+
+
+def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo_root, tmp_path):
+    """The whole pipeline on 1,500 generated papers with references: every stage prints its line,
+    the 2M peak target is not checked at this size, and a projected budget of 0 hours is missed."""
+    p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--target-hours", 0)
+    assert p.returncode == 1, p.stderr[-3000:] + p.stdout[-3000:]
+    for stage in ("ingest", "importance", "knn", "cluster", "render", "evaluate"):
+        assert re.search(rf"1,500 {stage} +[0-9.]+ s +CPU", p.stdout), stage
+    verdict(p, "stage peaks at 2M papers", "not checked", "<= 12.0 GiB")
+    verdict(p, "projected 33M run, hours", "MISSED", "<= 0.00")
