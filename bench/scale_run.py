@@ -17,7 +17,7 @@ Per size, in its own run directory under --root (inputs cached between calls):
    synthetic.write_input_vectors (the topic mixture of each paper: stand-ins, marked as such);
 4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs.
 Every stage is its own child process; its peak memory is the peak of the summed PSS of it and
-every process under it (sampled from /proc every 0.25 s: the Spark JVM and Python workers of
+every process under it (sampled from /proc every 0.5 s: the Spark JVM and Python workers of
 ingest and importance included), at least os.wait4's ru_maxrss; its CPU time theirs in all.
 The load average is printed before and after each stage: figures from a loaded machine are not
 the stage's.
@@ -93,7 +93,9 @@ class TreeSampler:
     proportional set size and each one's last CPU time, so a stage's Spark JVM and Python workers, which its driver
     does not wait for, are counted with it."""
 
-    def __init__(self, root: int, every: float = 0.25):
+    # 0.5 s: a pass over /proc with smaps_rollup of a multi-GB JVM took ~11 % of a core at 0.25 s,
+    # time the measured stage lost on a 2-core machine
+    def __init__(self, root: int, every: float = 0.5):
         import threading
 
         self.root, self.every, self.peak, self.cpu = root, every, 0, {}
