@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -58,7 +59,6 @@ HIDDEN_FILE_REASON = "hidden file: Spark does not read names starting with '.' o
 EMPTY_FILE_REASON = "empty file"
 SKIPPED_LISTED = 50  # skipped files named in ingest_summary.json (and the report); the files table has all
 WARNINGS_LISTED = 20
-SIDE_KINDS = ("file", "warning")  # record kinds of the files and warnings tables
 ROLES = ("train", "map", "train+map")
 DEFAULT_ROLE = "train+map"
 
@@ -152,10 +152,6 @@ def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, rows):
             if kind == PAPER:
                 rec["mapped"] = mapped
             yield kind, rec
-
-
-def _to_tuple(names, rec):
-    return tuple(rec[1].get(n) for n in names)
 
 
 def resolve_input_path(path: str) -> Path:
@@ -273,14 +269,13 @@ def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -
     return total_size((x.read.size() for x in listings or [list_input(spec) for spec in inputs]), "input files")
 
 
-def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listings: list | None = None):
+def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
     """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
-    `partitions` partitions (default 2 per task slot), with the driver's records of the files no
-    executor reads (`listings`, one per input: list_input)."""
+    `partitions` partitions (default 2 per task slot)."""
     from importance.readers import GLOBS
 
     rdds = []
-    for i, spec in enumerate(inputs):
+    for spec in inputs:
         fmt, source = spec.get("format"), spec.get("source")
         check_format(fmt)
         if not source:
@@ -291,18 +286,48 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, listin
             reader = reader.option("recursiveFileLookup", "true")
         df = reader.load(str(p)).select("path", "content")
         rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source, reads_bodies(spec), is_mapped(spec))))
-        listed = _listed_records(listings[i] if listings else list_input(spec))
-        if listed:
-            rdds.append(spark.sparkContext.parallelize(listed, max(1, min(64, len(listed) // 100_000))))
     rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
     # Few, larger partitions: per-task Python start-up dominates on small corpora.
     n = partitions or 2 * spark.sparkContext.defaultParallelism
     return rdd.coalesce(max(1, min(rdd.getNumPartitions(), n)))
 
 
-def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
-    """The ingest logic on DataFrames: dedup, citances, resolution. Returns DataFrames (lazy)."""
-    from pyspark import StorageLevel
+def _write_partition(root: str, schemas: dict, index: int, records):
+    from importance.staged_records import write_records
+
+    yield write_records(root, schemas, f"part-{index:05d}", records)
+
+
+def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None = None,
+                 listings: list | None = None) -> dict:
+    """Parse every input on the executors into Parquet per record kind under `root`
+    (importance.staged_records), with the driver's records of the files no executor reads
+    (`listings`, one per input: list_input). Returns the records as parsed, before dedup and
+    joins: {source: {paper, citance, reject:record, ...}}."""
+    from importance import staged_records
+
+    schemas = staged_records.arrow_schemas(_internal_schemas())
+    staged_records.prepare(root, schemas)
+    rdd = read_inputs(spark, inputs, partitions)
+    parts = rdd.mapPartitionsWithIndex(partial(_write_partition, str(root), schemas)).collect()
+    listed = [rec for i, spec in enumerate(inputs) for rec in _listed_records(listings[i] if listings else list_input(spec))]
+    parts.append(staged_records.write_records(str(root), schemas, "listed", listed))
+    return staged_records.merge_counts(parts)
+
+
+def stash_frame(spark, root: Path, df, name: str):
+    """df written once under root/name and read back: later plans start from the Parquet files."""
+    path = str(root / name)
+    df.write.mode("overwrite").parquet(path)
+    return spark.read.parquet(path)
+
+
+def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
+    """The ingest logic on DataFrames: dedup, citances, resolution, over the parsed records staged
+    under `staged` (stage_inputs). Returns DataFrames (lazy). The deduplicated corpus and the
+    resolved references, which most outputs join, are written once beside `staged` and read back:
+    otherwise every output (and every count of the summary) would plan and run the dedup window and
+    the resolution again."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -311,22 +336,17 @@ def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
     from importance.resolve import resolve_references
 
     schemas = _internal_schemas()
-    dfs = {}
-    # The few file and warning records: taken from raw in one pass together (each kind's own
-    # filter would be a pass over every record in Python).
-    side = raw.filter(lambda r: r[0] in SIDE_KINDS).persist(StorageLevel.MEMORY_AND_DISK)
-    for kind, schema in schemas.items():
-        names = schema.names
-        # Cached: each kind is converted from Python records once, then reused by several joins.
-        records = side if kind in SIDE_KINDS else raw
-        dfs[kind] = spark.createDataFrame(records.filter(lambda r, k=kind: r[0] == k).map(partial(_to_tuple, names)),
-                                          schema).persist(StorageLevel.MEMORY_AND_DISK)
+    # Each record kind as written by the readers (stage_inputs); read again where several joins use it.
+    dfs = {kind: spark.read.schema(schema).parquet(str(Path(staged) / kind)) for kind, schema in schemas.items()}
+
+    stash = partial(stash_frame, spark, Path(staged).parent / "stash")
 
     # Duplicate paper ids: keep a full-text row (its mentions count) first, then the first by
     # (source_file, ord), reject the others; mapped when any of its inputs is mapped.
     by_id = Window.partitionBy("paper_id")
     w = by_id.orderBy(F.desc("has_fulltext"), "source_file", "ord")
-    ranked = dfs["paper"].withColumns({"_rn": F.row_number().over(w), "_mapped": F.max("mapped").over(by_id)})
+    ranked = stash(dfs["paper"].withColumns({"_rn": F.row_number().over(w), "_mapped": F.max("mapped").over(by_id)}),
+                   "ranked_papers")
     papers = ranked.where("_rn = 1").withColumn("mapped", F.col("_mapped")).drop("_rn", "_mapped")
     dups = ranked.where("_rn > 1").select("source_file", F.col("paper_id").alias("record_id"),
                                           F.lit("ingest").alias("stage"), F.lit(DUPLICATE_REASON).alias("reason"),
@@ -392,7 +412,7 @@ def build_tables(spark, raw, cited_only_min_citations: int = 1) -> dict:
     cit_body_ments = cit_ments.join(fulltext_citing, "citing_id", "left_semi")
 
     refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
-    refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations)
+    refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations, stash)
     ments_all = ments.unionByName(cit_body_ments.drop("_matched", "_citance_source"))
     ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
     dangling = ments_res.where(F.col("cited_id").isNull()).join(
@@ -506,23 +526,6 @@ def listed_files(t: dict, per_source: dict) -> dict:
                          "first": [r.asDict() for r in warns]}}
 
 
-def _count_key(rec):
-    kind, d = rec
-    if kind == "reject":
-        return (d.get("source"), "reject:" + d.get("level", "record"))
-    return (d.get("source"), kind)
-
-
-def raw_counts(raw) -> dict:
-    """Records as parsed, before dedup and joins: {source: {paper, citance, reject:record, ...}}."""
-    out: dict = {}
-    pairs = (raw.filter(lambda r: r[0] in ("paper", "citance", "reject")).map(lambda r: (_count_key(r), 1))
-             .reduceByKey(lambda a, b: a + b).collect())
-    for (src, kind), n in pairs:
-        out.setdefault(src, {})[kind] = n
-    return out
-
-
 def check_inputs(cfg: IngestConfig) -> None:
     """Formats known and paths present: checked before Spark starts, so a typo is one sentence."""
     if not cfg.inputs:
@@ -564,21 +567,28 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     found: dict[str, int] = {}
     for listing in listings:
         found[listing.source] = found.get(listing.source, 0) + listing.found
-    raw = read_inputs(spark, cfg.inputs, used.value("read_partitions"), listings).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        t = build_tables(spark, raw, cfg.cited_only_min_citations)
-        for name in ("papers", "references", "mentions"):
-            t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
-        for name in ("corpus", "cited_only"):  # the summary's counts read them again
-            t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
-        root = Path(layout.root)
-        root.mkdir(parents=True, exist_ok=True)
-        for name in ("papers", "references", "mentions", "rejects", "warnings", "files"):
-            write_spark_table(t[name], layout.table(name), name, partitions=used.value("output_partitions"))
-        per_source = summarise(t, raw_counts(raw), found, source_roles(cfg.inputs))
-        listed = listed_files(t, per_source)
-    finally:
-        raw.unpersist()
+    staged = layout.ingest_work_dir / "parsed"
+    parsed = stage_inputs(spark, cfg.inputs, staged, used.value("read_partitions"), listings)
+    t = build_tables(spark, staged, cfg.cited_only_min_citations)
+    for name in ("corpus", "cited_only"):  # the summary's counts read them again
+        t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
+    root = Path(layout.root)
+    root.mkdir(parents=True, exist_ok=True)
+    # rejects keep their source and level (not table columns) for the counts
+    t["rejects"] = stash_frame(spark, layout.ingest_work_dir / "stash", t["rejects"], "rejects")
+    files = used.value("output_partitions")
+    # papers in paper_id order (range partitions, one file each): the vector rows, the kNN graph and
+    # Leiden's node numbering then follow the ids, not how Spark happened to partition the run
+    t["papers"] = t["papers"].repartitionByRange(files, "paper_id").sortWithinPartitions("paper_id")
+    for name in ("papers", "references", "mentions", "rejects", "warnings", "files"):
+        write_spark_table(t[name], layout.table(name), name, partitions=None if name == "papers" else files)
+        if name != "rejects":  # the counts read the table as written, not its plan again
+            t[name] = spark.read.parquet(str(layout.table(name)))
+    per_source = summarise(t, parsed, found, source_roles(cfg.inputs))
+    listed = listed_files(t, per_source)
+    for name in ("corpus", "cited_only"):
+        t[name].unpersist()
+    shutil.rmtree(layout.ingest_work_dir, ignore_errors=True)
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
     unaccounted = [s for s, d in per_source.items() if not d["check_files_found_equals_accounted"]]

@@ -46,9 +46,10 @@ def corpus_keys(papers: DataFrame) -> DataFrame:
     return ids.unionByName(ty).groupBy("key").agg(F.min("paper_id").alias("paper_id"))
 
 
-def resolve_references(refs: DataFrame, papers: DataFrame,
-                       min_citations: int = 1) -> tuple[DataFrame, DataFrame, DataFrame]:
+def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 1,
+                       stash=None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Return (references with cited_id and `resolved` flag, cited-only papers with `kept`, rejects).
+    `stash(df, name)`, when given, materialises the resolved rows once (all three outputs read them).
 
     refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
     title_norm, raw, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source,
@@ -77,6 +78,8 @@ def resolve_references(refs: DataFrame, papers: DataFrame,
     reason = (F.when(F.col("cited_id").isNull(), F.lit(NO_ID_REASON))
               .when(F.col("cited_id") == F.col("citing_id"), F.lit(SELF_REF_REASON)))
     r = r.withColumn("_reject", reason)
+    if stash is not None:
+        r = stash(r, "resolved_references")
     bad = r.where(F.col("_reject").isNotNull())
     src = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"))
     rejects = bad.join(src, "citing_id", "left").select(

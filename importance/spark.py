@@ -542,14 +542,19 @@ def plan_launch(cfg, size: InputSize, machine: Machine, preset: dict | None = No
     busy = min(slots or machine.cores, max(1, math.ceil(size.bytes / READ_PARTITION_BYTES)))
     cap = max(MIN_HEAP, int(HEAP_SHARE * machine.memory))
     index = HEAP_PER_FILE * size.files
-    whole = WHOLE_FILE_HEAP * size.largest if hasattr(cfg, "inputs") else 0  # ingest reads files whole
+    ingest = hasattr(cfg, "inputs")
+    whole = WHOLE_FILE_HEAP * size.largest if ingest else 0  # ingest reads files whole
+    # importance keeps its input's worth of cached tables; ingest hands its parsed records to
+    # Spark as Parquet files (importance.staged_records), so none are held in the heap
+    held = 0 if ingest else size.bytes
     if local:
-        need = (HEAP_PER_BUSY_SLOT + whole) * busy + size.bytes + index
+        need = (HEAP_PER_BUSY_SLOT + whole) * busy + held + index
         derived = _gib_text(min(cap, max(MIN_HEAP, need)))
         per_slot = human(HEAP_PER_BUSY_SLOT) + (f" + {WHOLE_FILE_HEAP} x the largest file {human(size.largest)}"
                                                if whole else "")
-        derived_why = (f"local mode: ({per_slot}) x {busy} busy cores + {human(size.bytes)} "
-                       f"{size.what} + {human(HEAP_PER_FILE)} x {size.files} files = {human(need)}, "
+        derived_why = (f"local mode: ({per_slot}) x {busy} busy cores"
+                       + (f" + {human(size.bytes)} {size.what}" if held else "")
+                       + f" + {human(HEAP_PER_FILE)} x {size.files} files = {human(need)}, "
                        f"kept within {human(MIN_HEAP)} .. half of {human(machine.memory)}")
     else:
         need = MIN_HEAP + index

@@ -37,6 +37,11 @@ class RunLayout:
         return self.root / "knn_work"
 
     @property
+    def ingest_work_dir(self) -> Path:
+        """The readers' records as Parquet per record kind while ingest runs (importance.staged_records)."""
+        return self.root / "ingest_work"
+
+    @property
     def map_png(self) -> Path:
         return self.root / "map.png"
 
