@@ -91,16 +91,22 @@ def keyword_list(values) -> list[str]:
 
 
 def strip_accents(text: str) -> str:
+    if text.isascii():  # most titles and names: nothing to decompose
+        return text
     return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
 
 
+# A run of characters that are not str.isalnum(): re's \w is exactly isalnum() plus '_'.
+_NOT_ALNUM = re.compile(r"(?:[^\w]|_)+")
+
+
 def norm_title(title: str | None) -> str | None:
-    """Title match key: unescaped, accents stripped, lowercase, letters/digits only, single spaces."""
+    """Title match key: unescaped, accents stripped, lowercase, letters/digits only, single spaces
+    (every run of other characters becomes one space)."""
     if not title:
         return None
     t = strip_accents(html.unescape(title)).lower()
-    t = "".join(c if c.isalnum() else " " for c in t)
-    t = _WS.sub(" ", t).strip()
+    t = _NOT_ALNUM.sub(" ", t).strip()
     return t or None
 
 
