@@ -4,6 +4,7 @@ the projected run at 33M papers on one node (16 cores, 128 GB, 1 H100).
 
     nice -n 5 .venv/bin/python bench/scale_run.py --sizes 250000 500000 1000000 2000000
     .venv/bin/python bench/scale_run.py --sizes 5000 10000 --no-fail     # a look at the machinery
+    .venv/bin/python bench/scale_run.py --sizes 2000000 --sizes-from earlier.json   # add a size to earlier ones
 
 Per size, in its own run directory under --root (inputs cached between calls):
 1. inputs: bench/synthetic.py write_input_corpus, S2ORC JSON Lines with references (lognormal
@@ -15,7 +16,9 @@ Per size, in its own run directory under --root (inputs cached between calls):
    bench/gpu_throughput.py (--gpu-json, else the figures measured there on 2026-11-26 and named
    below) and the training budget; the vectors the next stages read are written by
    synthetic.write_input_vectors (the topic mixture of each paper: stand-ins, marked as such);
-4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs.
+4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs;
+   knn with --ef-search fixed at the real-vector value (the stand-ins' near-ties would make the
+   recall tuning, not the search, the thing measured).
 Every stage is its own child process; its peak memory is the peak of the summed PSS of it and
 every process under it (sampled from /proc every 0.5 s: the Spark JVM and Python workers of
 ingest and importance included), at least os.wait4's ru_maxrss; its CPU time theirs in all.
@@ -76,6 +79,7 @@ seed = 0
 
 [knn]
 k = 20
+ef_search = {args.ef_search}
 
 [cluster]
 resolutions = [{res}]
@@ -239,13 +243,25 @@ def node_speedup(cpu_s: float, wall_s: float, here: int, efficiency: float) -> t
     return t_here / t_node, serial
 
 
+def commit() -> str:
+    """The checkout's commit (+ "-dirty" with uncommitted changes): what the figures were measured with."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    return (head or "unknown") + ("-dirty" if dirty else "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[250_000, 500_000, 1_000_000, 2_000_000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[250_000, 500_000, 1_000_000, 2_000_000])
     ap.add_argument("--fulltext-share", type=float, default=0.1, help="share of papers with full text (role train)")
     ap.add_argument("--dim", type=int, default=384, help="stand-in vector dimensions")
     ap.add_argument("--resolutions", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ef-search", type=int, default=48, help="HNSW ef_search of the knn stage, fixed: what "
+                    "[knn] target_recall chose on 620k real vectors (docs/scale.md). The stand-in vectors, topic "
+                    "mixtures full of near-ties, would tune far higher (ef 1,536 for recall 0.95 at 500k), "
+                    "which says nothing of real vectors; 0 = tune anyway")
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "scale_run")
     ap.add_argument("--project-papers", type=float, default=33e6)
     ap.add_argument("--efficiency", type=float, default=0.7, help="work of each added node core, as a share of one")
@@ -253,6 +269,11 @@ def main() -> int:
                     "([train] max_hours)")
     ap.add_argument("--gpu-json", type=Path, help="bench/gpu_throughput.py --json output (else its 2026-11-26 H100 figures)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--sizes-from", type=Path, help="the sizes measured by an earlier run (its --json), used "
+                    "beside those run now (a size in both: this run's); --sizes with none: only project them. "
+                    "Only figures of the same code belong together: the file's commit is printed")
+    ap.add_argument("--project-dim", type=int, default=768, help="vector dimensions of the projected run (SciBERT: "
+                    "768); the knn stage's time and the b N part of its peak scale by project-dim / --dim")
     ap.add_argument("--target-peak-gib", type=float, default=12.0, help="each stage's peak at >= 2M papers, at most")
     ap.add_argument("--target-hours", type=float, default=4.0, help="the projected run, at most")
     ap.add_argument("--target-projected-peak-gb", type=float, default=100.0)
@@ -265,6 +286,20 @@ def main() -> int:
     print(f"sizes {args.sizes}, full text {args.fulltext_share:.0%}, {here} cores here; load {os.getloadavg()}; "
           f"log {log}", flush=True)
     results = [one_size(n, args, log) for n in sorted(args.sizes)]
+    for r in results:
+        r["commit"] = commit()
+    if args.sizes_from:
+        earlier = json.loads(args.sizes_from.read_text())
+        fresh = {r["papers"] for r in results}
+        kept = [r for r in earlier["sizes"] if r["papers"] not in fresh]
+        for r in kept:
+            print(f"from {args.sizes_from}: {r['papers']:,} papers, measured at commit {r.get('commit', 'unknown')}")
+            for stage, f in r["stages"].items():
+                print(f"  {r['papers']:>10,} {stage:<11} {f['seconds']:>9.1f} s  CPU {f['cpu_s']:>9.1f} s  "
+                      f"peak {f['peak_rss_bytes'] / 2**30:>6.2f} GiB  load {f['load'][0]} -> {f['load'][1]}")
+        results = sorted(results + kept, key=lambda r: r["papers"])
+    if not results:
+        sys.exit("nothing to project: give --sizes, or --sizes-from with an earlier run's --json")
 
     embed_rate, embed_basis = H100_EMBED_TOKENS_PER_S, "bench/gpu_throughput.py on an H100, 2026-11-26: embed job"
     if args.gpu_json:
@@ -297,11 +332,14 @@ def main() -> int:
             a, b = fit(sizes, walls, e)
             s = big["stages"][stage]
             speed, serial = node_speedup(s["cpu_s"], s["seconds"], here, args.efficiency)
-            hours = (a + b * N ** e / speed) / 3600
+            # kNN's distance computations and codes grow with the dimensions (the other stages' inputs do not)
+            dims = args.project_dim / args.dim if stage == "knn" else 1.0
+            hours = (a + b * N ** e * dims / speed) / 3600
             pa_, pb = fit(sizes, [r["stages"][stage]["peak_rss_bytes"] for r in results], 1.0)
-            peak = (pa_ + pb * N) / 1e9
+            peak = (pa_ + pb * N * dims) / 1e9
             basis = (f"{a:.0f} s + {b * big['papers'] ** e:.0f} s at {big['papers']:,} x (N/n)^{e:.2f}, "
-                     f"N = {N / 1e6:.0f}M; / {speed:.1f} ({why}; slope seen {measured:.2f})")
+                     f"N = {N / 1e6:.0f}M" + (f" x {args.project_dim}/{args.dim} dimensions" if dims != 1 else "")
+                     + f"; / {speed:.1f} ({why}; slope seen {measured:.2f})")
             table.append({"stage": stage, "growth": e, "serial": serial, "speedup": speed, "hours": hours,
                           "peak_gb": peak, "basis": basis})
         row = table[-1]

@@ -271,9 +271,20 @@ def test_ingest_roles_misses_an_unreachable_ratio(repo_root, tmp_path):
 def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo_root, tmp_path):
     """The whole pipeline on 1,500 generated papers with references: every stage prints its line,
     the 2M peak target is not checked at this size, and a projected budget of 0 hours is missed."""
-    p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--target-hours", 0)
+    p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--target-hours", 0,
+              "--json", tmp_path / "scale" / "figures.json")
     assert p.returncode == 1, p.stderr[-3000:] + p.stdout[-3000:]
     for stage in ("ingest", "importance", "knn", "cluster", "render", "evaluate"):
         assert re.search(rf"1,500 {stage} +[0-9.]+ s +CPU", p.stdout), stage
     verdict(p, "stage peaks at 2M papers", "not checked", "<= 12.0 GiB")
     verdict(p, "projected 33M run, hours", "MISSED", "<= 0.00")
+    # the figures again from the JSON, nothing run: the same projection, the commit they were measured at
+    figures = tmp_path / "scale" / "figures.json"
+    p = bench(repo_root, "scale_run.py", "--sizes", "--sizes-from", figures, "--root", tmp_path / "again",
+              "--target-hours", 0, "--json", tmp_path / "again" / "figures.json")
+    assert p.returncode == 1, p.stderr[-3000:] + p.stdout[-3000:]
+    first = json.loads(figures.read_text())
+    again = json.loads((tmp_path / "again" / "figures.json").read_text())
+    assert re.search(r"1,500 papers, measured at commit [0-9a-f]{7}", p.stdout), p.stdout[-2000:]
+    assert [r["hours"] for r in again["projection"]] == [r["hours"] for r in first["projection"]]
+    assert not (tmp_path / "again" / "n1500").exists()  # nothing was run
