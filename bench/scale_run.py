@@ -212,15 +212,19 @@ def one_size(n: int, args, log: Path) -> dict:
     return {"papers": n, "corpus": corpus, "nodes": nodes, "stages": rows}
 
 
-def fit(sizes: list[int], values: list[float], exponent: float) -> tuple[float, float]:
+def fit(sizes: list[int], values: list[float], exponent: float, bounded: bool = False) -> tuple[float, float]:
     """(a, b) of value = a + b * n^exponent, least squares, a >= 0 (the stage's fixed cost: start-up,
-    imports, the JVM); one size: a = 0."""
+    imports, the JVM); one size: a = 0. `bounded` (peak memory): a value that did not grow over the
+    sizes is a bound the stage keeps (Spark's heap is set from the machine, not from n): a = the
+    largest value, b = 0, rather than a line through the origin."""
     if len(sizes) < 2:
         return 0.0, values[0] / sizes[0] ** exponent
     xs = [s ** exponent for s in sizes]
     mx, my = sum(xs) / len(xs), sum(values) / len(values)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, values)) / sum((x - mx) ** 2 for x in xs)
     a = my - b * mx
+    if bounded and b <= 0:
+        return max(values), 0.0
     if a < 0 or b <= 0:  # no fixed cost to separate (or noise): through the origin at the largest size
         return 0.0, values[-1] / xs[-1]
     return a, b
@@ -335,7 +339,7 @@ def main() -> int:
             # kNN's distance computations and codes grow with the dimensions (the other stages' inputs do not)
             dims = args.project_dim / args.dim if stage == "knn" else 1.0
             hours = (a + b * N ** e * dims / speed) / 3600
-            pa_, pb = fit(sizes, [r["stages"][stage]["peak_rss_bytes"] for r in results], 1.0)
+            pa_, pb = fit(sizes, [r["stages"][stage]["peak_rss_bytes"] for r in results], 1.0, bounded=True)
             peak = (pa_ + pb * N * dims) / 1e9
             basis = (f"{a:.0f} s + {b * big['papers'] ** e:.0f} s at {big['papers']:,} x (N/n)^{e:.2f}, "
                      f"N = {N / 1e6:.0f}M" + (f" x {args.project_dim}/{args.dim} dimensions" if dims != 1 else "")
