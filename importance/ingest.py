@@ -318,7 +318,7 @@ def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None =
 def stash_frame(spark, root: Path, df, name: str):
     """df written once under root/name and read back: later plans start from the Parquet files."""
     path = str(root / name)
-    df.write.mode("overwrite").parquet(path)
+    df.write.mode("overwrite").option("compression", "zstd").parquet(path)  # as the staged records: less disk
     return spark.read.parquet(path)
 
 
