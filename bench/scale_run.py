@@ -181,6 +181,11 @@ def synthetic(*call: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def stage_line(n: int, stage: str, r: dict) -> str:
+    return (f"  {n:>10,} {stage:<11} {r['seconds']:>9.1f} s  CPU {r['cpu_s']:>9.1f} s  "
+            f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}")
+
+
 def one_size(n: int, args, log: Path) -> dict:
     root = args.root / f"n{n}"
     inputs, run = root / "inputs", root / "run"
@@ -204,9 +209,7 @@ def one_size(n: int, args, log: Path) -> dict:
             child(synthetic("write_input_vectors", repr(str(run)), str(n), f"seed={args.seed}",
                             f"dim={args.dim}"), log)
         rows[stage] = child([sys.executable, f"jobs/{stage}.py", "--run", str(run), "--config", str(cfg)], log)
-        r = rows[stage]
-        print(f"  {n:>10,} {stage:<11} {r['seconds']:>9.1f} s  CPU {r['cpu_s']:>9.1f} s  "
-              f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}", flush=True)
+        print(stage_line(n, stage, rows[stage]), flush=True)
     summary = json.loads((run / "ingest_summary.json").read_text())
     nodes = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0) for d in summary["per_source"].values())
     return {"papers": n, "corpus": corpus, "nodes": nodes, "stages": rows}
@@ -290,8 +293,9 @@ def main() -> int:
     print(f"sizes {args.sizes}, full text {args.fulltext_share:.0%}, {here} cores here; load {os.getloadavg()}; "
           f"log {log}", flush=True)
     results = [one_size(n, args, log) for n in sorted(args.sizes)]
+    measured_at = commit()
     for r in results:
-        r["commit"] = commit()
+        r["commit"] = measured_at
     if args.sizes_from:
         earlier = json.loads(args.sizes_from.read_text())
         fresh = {r["papers"] for r in results}
@@ -299,8 +303,7 @@ def main() -> int:
         for r in kept:
             print(f"from {args.sizes_from}: {r['papers']:,} papers, measured at commit {r.get('commit', 'unknown')}")
             for stage, f in r["stages"].items():
-                print(f"  {r['papers']:>10,} {stage:<11} {f['seconds']:>9.1f} s  CPU {f['cpu_s']:>9.1f} s  "
-                      f"peak {f['peak_rss_bytes'] / 2**30:>6.2f} GiB  load {f['load'][0]} -> {f['load'][1]}")
+                print(stage_line(r["papers"], stage, f))
         results = sorted(results + kept, key=lambda r: r["papers"])
     if not results:
         sys.exit("nothing to project: give --sizes, or --sizes-from with an earlier run's --json")

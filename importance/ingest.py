@@ -315,9 +315,10 @@ def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None =
     return staged_records.merge_counts(parts)
 
 
-def stash_frame(spark, root: Path, df, name: str):
-    """df written once under root/name and read back: later plans start from the Parquet files."""
-    path = str(root / name)
+def stash_frame(spark, staged: Path, df, name: str):
+    """df written once under the stash beside `staged` (stage_inputs' folder) and read back: later
+    plans start from the Parquet files."""
+    path = str(Path(staged).parent / "stash" / name)
     df.write.mode("overwrite").option("compression", "zstd").parquet(path)  # as the staged records: less disk
     return spark.read.parquet(path)
 
@@ -339,7 +340,7 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     # Each record kind as written by the readers (stage_inputs); read again where several joins use it.
     dfs = {kind: spark.read.schema(schema).parquet(str(Path(staged) / kind)) for kind, schema in schemas.items()}
 
-    stash = partial(stash_frame, spark, Path(staged).parent / "stash")
+    stash = partial(stash_frame, spark, staged)
 
     # Duplicate paper ids: keep a full-text row (its mentions count) first, then the first by
     # (source_file, ord), reject the others; mapped when any of its inputs is mapped.
@@ -575,7 +576,7 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     root = Path(layout.root)
     root.mkdir(parents=True, exist_ok=True)
     # rejects keep their source and level (not table columns) for the counts
-    t["rejects"] = stash_frame(spark, layout.ingest_work_dir / "stash", t["rejects"], "rejects")
+    t["rejects"] = stash_frame(spark, staged, t["rejects"], "rejects")
     files = used.value("output_partitions")
     # papers in paper_id order (range partitions, one file each): the vector rows, the kNN graph and
     # Leiden's node numbering then follow the ids, not how Spark happened to partition the run
