@@ -44,7 +44,7 @@ from sciencemap.vectors import open_vectors
 from mapping.cluster import load_graph
 from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
 from mapping.citation_graphs import Citations, read_citations
-from mapping.netstats import Links, default_workers, edge_overlap, network_stats, random_graph
+from mapping.netstats import Links, default_workers, edge_overlap, network_stats, random_graph, sample_sizes
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,9 @@ class EvaluateConfig:
     clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (unset or "
                                                   "0 = every node: igraph's all-node pass is faster than a sample; "
                                                   "METHODS.md §5.5)")
+    path_rel_se: float = setting(0.005, "stop the shortest-path sources once the mean's standard error is at most "
+                                        "this share of it (after 32 sources; 0 = every sampled source; "
+                                        "METHODS.md §5.5)")
     path_workers: int = setting(0, "processes running the shortest-path searches (0 = one per core); same "
                                    "figures whatever the number")
     random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "
@@ -216,12 +219,14 @@ def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig, citat
         graphs["random_citation"] = random_graph(n, graphs["citation"].m, cfg.random_graph_seed + 1)
     workers = cfg.path_workers or default_workers()
     stats = {name: network_stats(g, cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
-                                 clustering_sample=cfg.clustering_sample, name=name, path_workers=workers)
+                                 clustering_sample=cfg.clustering_sample, name=name, path_workers=workers,
+                                 path_rel_se=cfg.path_rel_se)
              for name, g in graphs.items()}
     names = list(graphs)
     overlap = [{"a": a, "b": b, **edge_overlap(graphs[a], graphs[b])}
                for i, a in enumerate(names) for b in names[i + 1:]]
-    return {"graphs": stats, "overlap": overlap, "random_graph_seed": cfg.random_graph_seed}
+    return {"graphs": stats, "overlap": overlap, "random_graph_seed": cfg.random_graph_seed,
+            "path_rel_se": cfg.path_rel_se, "path_sample": sample_sizes(n, None, cfg.path_sample, None)[1]}
 
 
 NETWORK_ROWS = [("nodes", "nodes"), ("edges", "edges"), ("average degree", "average_degree"), ("density", "density"),
@@ -229,6 +234,8 @@ NETWORK_ROWS = [("nodes", "nodes"), ("edges", "edges"), ("average degree", "aver
                 ("largest component (share of nodes)", "largest_component_share"),
                 ("isolated nodes", "isolated_nodes"), ("average clustering coefficient", "average_clustering"),
                 ("average shortest path length", "average_shortest_path"),
+                ("its standard error", "shortest_path_se"),
+                ("path sources searched", "shortest_path_sources"),
                 ("reachable pairs in the path sample", "shortest_path_pairs")]
 
 
@@ -241,7 +248,8 @@ def network_section(net: dict) -> list[str]:
     """Table 6 with the graphs as columns, then the edge overlap of each pair (Fig. 7)."""
     stats, names = net["graphs"], list(net["graphs"])
     any_stats = next(iter(stats.values()))
-    rows = [[label] + [_small(stats[g].get(key)) if key in ("density", "largest_component_share", "average_clustering")
+    rows = [[label] + [_small(stats[g].get(key)) if key in ("density", "largest_component_share", "average_clustering",
+                                                            "shortest_path_se")
                        else stats[g].get(key) for g in names]
             for label, key in NETWORK_ROWS if any(key in stats[g] for g in names)]
     lines = ["## Network statistics", "",
@@ -250,8 +258,10 @@ def network_section(net: dict) -> list[str]:
              "table) and random graphs G(n, m) of equal density (seed "
              f"{net['random_graph_seed']}" + (f"; {net['random_graph_seed'] + 1} for the citation-density one"
                                               if "random_citation" in stats else "") + "). Shortest paths: unweighted, averaged over the reachable pairs of "
-             f"{any_stats.get('shortest_path_sources', 0):,} sampled sources × "
-             f"{any_stats.get('shortest_path_targets', 0):,} sampled targets (the same nodes in every graph)"
+             f"the sampled sources × {any_stats.get('shortest_path_targets', 0):,} sampled targets (the same "
+             "nodes in every graph); the sources are searched in their seeded order until the mean's standard "
+             f"error is at most {net.get('path_rel_se', 0):.1%} of it (at least 32, at most "
+             f"{net.get('path_sample', any_stats.get('shortest_path_sources', 0)):,})"
              + (f"; clustering coefficient over {any_stats['clustering_sample']:,} sampled nodes"
                 if "clustering_sample" in any_stats else "") + ".", ""]
     lines += _table(["statistic"] + [GRAPH_TITLES.get(g, g) for g in names], rows) + [""]

@@ -40,15 +40,21 @@ def launch_ranks(nproc: int, module: str, argv: list[str]) -> int:
 
 
 def report_failures(failures: dict) -> int:
-    """One line per distinct failure (the rank's UserError sentence where it wrote one); the exit
-    code of the first rank that failed."""
+    """One line per distinct failure (the rank's UserError sentence where it wrote one); exit code 2
+    when a rank wrote one, else the code of the first rank that failed."""
     seen: list[str] = []
+    user_error = False
     for rank, f in sorted(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0])):
         msg = f.message if isinstance(f.message, str) and f.message.startswith("error: ") else None
+        user_error |= msg is not None
         line = msg or f"error: rank {rank} exited with code {f.exitcode} (its output is above)"
         if line not in seen:
             seen.append(line)
     for line in seen:
         print(line, file=sys.stderr, flush=True)
+    if user_error:
+        # a rank's UserError exits 2; a rank may write its sentence and be stopped by the agent (the
+        # other rank failed first) before it exits, so its own exit code is then the signal's
+        return 2
     first = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))[1]
     return first.exitcode if first.exitcode > 0 else 1

@@ -192,3 +192,24 @@ def test_parallel_breadth_first_searches_give_the_sequential_answer():
     s, c = np.where(ok, d, 0).sum(axis=1), ok.sum(axis=1)
     k, r = len(s), s.sum() / c.sum()
     assert one[2] == pytest.approx(np.sqrt(np.sum(((s - r * c) / c.mean()) ** 2) / (k * (k - 1))), rel=1e-12)
+
+
+def test_path_sources_stop_at_the_target_standard_error_the_same_with_any_workers():
+    g = _random_graph(3000, 9000, seed=6).igraph()
+    rng = np.random.default_rng(1)
+    src, tgt = rng.choice(3000, 120, replace=False), np.sort(rng.choice(3000, 400, replace=False))
+    every = sampled_path_length(g, src, tgt, per_call=8, rel_se=0.0)
+    assert every[3] == 120
+    # a loose target: the first block at >= 32 sources stops it, and the figures are those of that prefix
+    loose = sampled_path_length(g, src, tgt, per_call=8, rel_se=0.5)
+    assert loose[3] == 32 and loose == sampled_path_length(g, src[:32], tgt, per_call=8)
+    assert loose[2] <= 0.5 * loose[0]
+    # a target between: it stops at the first block whose standard error meets it, whatever the workers
+    mid = every[2] * 1.5 / every[0]
+    stops = [sampled_path_length(g, src, tgt, per_call=8, workers=w, rel_se=mid) for w in (1, 3)]
+    assert stops[0] == stops[1] and 32 <= stops[0][3] < 120 and stops[0][2] <= mid * stops[0][0]
+    k = stops[0][3]
+    before = sampled_path_length(g, src[:k - 8], tgt, per_call=8)
+    assert k == 32 or before[2] > mid * before[0]   # the block before did not meet it
+    # an unreachable target: every source
+    assert sampled_path_length(g, src, tgt, per_call=8, rel_se=1e-9)[3] == 120

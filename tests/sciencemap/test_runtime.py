@@ -113,3 +113,20 @@ def test_a_rank_writes_its_error_to_the_launchers_file(tmp_path, monkeypatch, ca
 
     assert run_cli(main, []) == 2
     assert capsys.readouterr().err == "" and json.loads(err.read_text())["message"] == "error: bad setting"
+
+
+def test_a_rank_stopped_after_writing_its_sentence_still_exits_2(capsys):
+    """The agent may stop a rank (SIGTERM: exit code -15) between its writing the UserError sentence
+    and its exit 2, because the other rank failed first; the job still exits 2 with the sentence."""
+    from types import SimpleNamespace
+
+    from sciencemap.launch import report_failures
+
+    line = "error: device cuda asked for by 2 ranks on this machine"
+    failures = {0: SimpleNamespace(message=line, exitcode=-15, timestamp=5),
+                1: SimpleNamespace(message=line, exitcode=2, timestamp=5)}
+    assert report_failures(failures) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    crashed = {0: SimpleNamespace(message={"message": "Traceback"}, exitcode=-11, timestamp=5)}
+    assert report_failures(crashed) == 1
+    assert "error: rank 0 exited with code -11" in capsys.readouterr().err
