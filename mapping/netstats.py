@@ -184,6 +184,22 @@ def _mean_se(per_sum: np.ndarray, per_count: np.ndarray) -> tuple[float, int, fl
     return mean, count, float(np.sqrt((resid ** 2).sum() / (k * (k - 1))))
 
 
+def _in_order(pool, blocks: list, window: int):
+    """The blocks' results in order, with `window` of them running while one is read (at most
+    window + 1 queued), so an early stop leaves only those few to finish."""
+    pending = []
+    try:
+        for block in blocks:
+            pending.append(pool.apply_async(_source_sums, (block,)))
+            if len(pending) > window:
+                yield pending.pop(0).get()
+        while pending:
+            yield pending.pop(0).get()
+    finally:
+        for r in pending:
+            r.wait()
+
+
 def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16,
                         name: str = "", workers: int = 1, rel_se: float = 0.0,
                         min_sources: int = PATH_MIN_SOURCES) -> tuple[float, int, float, int]:
@@ -206,7 +222,7 @@ def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, p
                 pool = None
             else:   # fork: the workers see the graph copy-on-write, nothing is pickled but source lists
                 pool = multiprocessing.get_context("fork").Pool(workers)
-                results = pool.imap(_source_sums, blocks)
+                results = _in_order(pool, blocks, workers)
             try:
                 done = 0
                 for block, (s, c) in zip(blocks, results):
@@ -220,7 +236,10 @@ def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, p
                             break
             finally:
                 if pool is not None:
-                    pool.terminate()
+                    if hasattr(results, "close"):
+                        results.close()     # waits for the blocks in flight (at most `workers`)
+                    pool.close()            # not terminate(): killing busy forked workers can hang the pool
+                    pool.join()
     finally:
         _SEARCH = None
     per_sum = np.concatenate(sums) if sums else np.zeros(0, np.int64)
