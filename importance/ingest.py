@@ -325,10 +325,11 @@ def stash_frame(spark, staged: Path, df, name: str):
 
 def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     """The ingest logic on DataFrames: dedup, citances, resolution, over the parsed records staged
-    under `staged` (stage_inputs). Returns DataFrames (lazy). The deduplicated corpus and the
-    resolved references, which most outputs join, are written once beside `staged` and read back:
-    otherwise every output (and every count of the summary) would plan and run the dedup window and
-    the resolution again."""
+    under `staged` (stage_inputs). Returns DataFrames (lazy). The deduplicated corpus, the resolved
+    references and the cited-only papers, which most outputs join, are written once beside `staged`
+    and read back: otherwise every output (and every count of the summary) would plan and run the
+    dedup window and the resolution again, and no step holds them in the JVM heap (caching them
+    there ran a 3 GB heap out of memory at 2M papers)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -375,6 +376,8 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     papers = papers.join(known, "paper_id", "left").withColumn(
         "authors", F.when((F.size(F.coalesce("authors", F.array())) == 0) & F.col("_authors").isNotNull(),
                           F.col("_authors")).otherwise(F.col("authors"))).drop("_authors")
+    # read by the resolution, both papers tables, the references table and the summary: computed once
+    papers = stash(papers, "corpus")
 
     cit_refs = cit_ok.groupBy("citing_id", "ref_key").agg(
         F.min("source_file").alias("source_file"), F.min("cited_id").alias("hint_id")).select(
@@ -414,6 +417,7 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
 
     refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
     refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations, stash)
+    cited_only = stash(cited_only, "cited_only")   # an aggregate over the unresolved references: once
     ments_all = ments.unionByName(cit_body_ments.drop("_matched", "_citance_source"))
     ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
     dangling = ments_res.where(F.col("cited_id").isNull()).join(
@@ -559,8 +563,6 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
                listings: list[InputListing] | None = None) -> dict:
     """The ingest stage; `listings` (list_input of each input) and `size` when the caller listed
     the inputs already: each input root is walked once."""
-    from pyspark import StorageLevel
-
     t0 = time.time()
     check_inputs(cfg)
     listings = listings or [list_input(spec) for spec in cfg.inputs]
@@ -571,8 +573,6 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     staged = layout.ingest_work_dir / "parsed"
     parsed = stage_inputs(spark, cfg.inputs, staged, used.value("read_partitions"), listings)
     t = build_tables(spark, staged, cfg.cited_only_min_citations)
-    for name in ("corpus", "cited_only"):  # the summary's counts read them again
-        t[name] = t[name].persist(StorageLevel.MEMORY_AND_DISK)
     root = Path(layout.root)
     root.mkdir(parents=True, exist_ok=True)
     # rejects keep their source and level (not table columns) for the counts
@@ -587,8 +587,6 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
             t[name] = spark.read.parquet(str(layout.table(name)))
     per_source = summarise(t, parsed, found, source_roles(cfg.inputs))
     listed = listed_files(t, per_source)
-    for name in ("corpus", "cited_only"):
-        t[name].unpersist()
     shutil.rmtree(layout.ingest_work_dir, ignore_errors=True)
     bad = {s: d for s, d in per_source.items()
            if not (d["check_input_equals_papers_plus_rejects"] and d.get("check_citances", True))}
