@@ -202,6 +202,11 @@ def run(argv: list[str] | None = None, prog: str | None = None) -> dict:
     return summary
 
 
+# `sciencemap --help` shows it beside the command's name
+SUMMARY = ("Classify the sections of a table you bring (TSV or Parquet) as Introduction / Methods / Results / "
+           "Discussion / other (headings, JATS sec-types and the shipped section model).")
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """`sciencemap classify-sections` / jobs/classify_sections.py: the exit code."""
     from sciencemap.cli import command_main

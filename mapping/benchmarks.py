@@ -488,8 +488,7 @@ def _flat(table: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
 def run_benchmark(argv: list[str] | None, prog: str | None = None) -> dict:
     import argparse
 
-    ap = argparse.ArgumentParser(prog=prog, description="A benchmark's own table from its official release files "
-                                 "and your vectors (METHODS.md §7.1).")
+    ap = argparse.ArgumentParser(prog=prog, description=SUMMARY + " (METHODS.md §7.1).")
     ap.add_argument("--suite", required=True, choices=sorted(SUITES))
     ap.add_argument("--data", required=True, help="the release folder (RELISH: its annotation JSON file)")
     ap.add_argument("--vectors", required=True, help="embeddings JSONL, Parquet of paper_id + vector, or a run directory")
@@ -507,6 +506,10 @@ def run_benchmark(argv: list[str] | None, prog: str | None = None) -> dict:
             print(f"  {k:<40} {v:.4f}" if isinstance(v, float) else f"  {k:<40} {v}")
     return table
 
+
+# `sciencemap --help` shows it beside the command's name
+SUMMARY = ("A benchmark's own table (SciDocs, CSFCube, RELISH, SciRepEval) from its official release files "
+           "and your vectors.")
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """`sciencemap benchmark`: exit code (a UserError is one line, exit code 2)."""

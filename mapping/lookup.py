@@ -400,10 +400,13 @@ def format_matches(query: str, candidates: list[Match], count: int) -> str:
 
 # ---------------------------------------------------------------- command line
 
+# `sciencemap --help` shows it beside the command's name
+SUMMARY = ("The k papers most similar to one paper (exact cosine search over the run's vectors), with their topics "
+           "and citation links to it.")
+
+
 def parser(prog: str | None = None) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description="The k papers most similar to one paper (exact cosine "
-                                 "search over the run's vectors), with their topics and citation links to it. "
-                                 "Reads the run, writes nothing.")
+    ap = argparse.ArgumentParser(prog=prog, description=SUMMARY + " Reads the run, writes nothing.")
     ap.add_argument("--run", required=True, help="a run directory after the knn stage (topics after render)")
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--paper-id", help="the paper's id, e.g. doi:10.7554/elife.00003")

@@ -11,16 +11,18 @@ end in `command_main`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
+import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from sciencemap.config import add_options, config_from_args, load_toml
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError, dist_env, log_to_stderr, run_cli
-from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, get_stage, pipeline_stages
+from sciencemap.stages import ENTRY_POINT_GROUP, StageContext, all_stages, get_stage, pipeline_stages
 from sciencemap.storage import require_dir
 
 COMMAND_GROUP = "sciencemap.commands"
@@ -129,8 +131,7 @@ def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int
 
     def main(a):
         names = [s.name for s in pipeline_stages()]
-        ap = argparse.ArgumentParser(prog=prog, description="Run the whole pipeline (or a slice of it) "
-                                     "into one run directory; finished stages are skipped.")
+        ap = argparse.ArgumentParser(prog=prog, description=PIPELINE_SUMMARY)
         ap.add_argument("--run", required=True, help="run directory (created if missing)")
         ap.add_argument("--config", help="TOML file with one [section] per stage")
         ap.add_argument("--from", dest="first", choices=names, help="first stage to run")
@@ -142,16 +143,53 @@ def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int
     return run_cli(main, argv)
 
 
+PIPELINE_SUMMARY = "Run the whole pipeline (or a slice of it) into one run directory; finished stages are skipped."
+
+
+def command_summary(ep) -> str:
+    """A command's one line: its module's SUMMARY (importing the module, not running it)."""
+    import importlib
+
+    module = importlib.import_module(ep.module)
+    return getattr(module, "SUMMARY", None) or (module.__doc__ or "").strip().split("\n")[0]
+
+
+def usage() -> str:
+    """`sciencemap --help`: every command with its one line, stages in pipeline order."""
+    stages = all_stages()
+    rows = [("The whole run", [("pipeline", PIPELINE_SUMMARY)]),
+            ("Its stages, in order (each one job)", [(s.name, s.summary) for s in stages if s.in_pipeline]),
+            ("Jobs outside the pipeline", [(s.name, s.summary) for s in stages if not s.in_pipeline]),
+            ("Commands that read a run or a table and write no run",
+             [(name, command_summary(ep)) for name, ep in sorted(commands().items())])]
+    width = max(len(name) for _, group in rows for name, _ in group) + 2
+    lines = ["usage: sciencemap <command> [options]", "",
+             "Each command has its own --help with every option; the settings of a stage also come from",
+             "the [<stage>] section of a TOML file given with --config.", ""]
+    for title, group in rows:
+        if group:
+            lines.append(f"{title}:")
+            lines += [textwrap.fill(text, 100, initial_indent=f"  {name:<{width}}", subsequent_indent=" " * (width + 2),
+                                  break_on_hyphens=False)
+                      for name, text in group]
+            lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def known_commands() -> list[str]:
+    return ["pipeline"] + [s.name for s in all_stages()] + sorted(commands())
+
+
 def main(argv: list[str] | None = None) -> int:
     """`sciencemap <stage|pipeline|command> [options]`: the console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         try:
-            names = [s.name for s in pipeline_stages()]
+            text = usage()
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print("usage: sciencemap {pipeline," + ",".join(names + sorted(commands())) + "} [options]   (each has --help)")
+        print(text, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "pipeline":
@@ -159,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = commands().get(cmd)
     if extra is not None:
         return extra.load()(rest, prog=f"sciencemap {cmd}")
+    if cmd not in {s.name for s in all_stages()}:
+        near = difflib.get_close_matches(cmd, known_commands(), n=1, cutoff=0.6)
+        hint = f"did you mean '{near[0]}'? " if near else ""
+        print(f"error: unknown command '{cmd}'; {hint}`sciencemap --help` lists them all", file=sys.stderr)
+        return 2
     return stage_main(cmd, rest, prog=f"sciencemap {cmd}")
 
 
