@@ -66,7 +66,9 @@ def run_stage(name: str, argv: list[str] | None = None, prog: str | None = None)
     args = stage_parser(name, prog).parse_args(argv)
     if stage.ranks and args.nproc_per_node > 1 and dist_env()[0] == 1:
         raise RanksFinished(_launch(name, args.nproc_per_node, sys.argv[1:] if argv is None else argv))
-    cfg = config_from_args(stage.config, load_toml(args.config).get(name), args)
+    toml = load_toml(args.config, sections=[s.name for s in all_stages()])
+    cfg = config_from_args(stage.config, toml.get(name), args, origin=f"config file {args.config} [{name}]"
+                           if name in toml else "")
     run_dir = Path(args.run) if stage.creates_run else require_dir(args.run, "run directory")
     with StageContext() as ctx:
         summary = stage.run(cfg, RunLayout(run_dir), ctx)

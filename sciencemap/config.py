@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import tomllib
 import types
@@ -91,27 +92,89 @@ def add_options(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...
         group.add_argument(*names, **kw)
 
 
-def config_from(cls: type[T], values: dict[str, Any] | None = None, **overrides: Any) -> T:
-    """Build a stage config dataclass from a TOML section plus overrides (None = keep)."""
+def _describe(tp) -> str:
+    """A type hint in words: 'an integer', 'a list of numbers', 'an integer or nothing'."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        parts = [_describe(a) for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(parts) + (" (or left out)" if type(None) in typing.get_args(tp) else "")
+    origin = typing.get_origin(tp) or tp
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return "a list" + (f" of {_describe(args[0]).split(' ', 1)[1]}s" if args else "")
+    return {int: "an integer", float: "a number", str: "a string", bool: "a boolean (true or false)",
+            dict: "a table"}.get(origin, f"a {getattr(origin, '__name__', origin)}")
+
+
+def _matches(value: Any, tp) -> bool:
+    """Whether a TOML (or Python) value fits a config field's type hint."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return any(_matches(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    origin = typing.get_origin(tp) or tp
+    if origin is bool:
+        return isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is str:
+        return isinstance(value, str)
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
+    if origin is dict:
+        return isinstance(value, dict)
+    return True   # a type this checker does not know: the dataclass decides
+
+
+def _nearest(word: str, words) -> str:
+    near = difflib.get_close_matches(word, list(words), n=1, cutoff=0.6)
+    return f"did you mean {near[0]!r}? " if near else ""
+
+
+def check_settings(cls: type, values: dict[str, Any], origin: str = "") -> None:
+    """Unknown keys, and values of the wrong type or outside a setting's choices, as one UserError
+    sentence that starts with `origin` (the file and [section] the values came from) when given."""
+    where = f"{origin}: " if origin else f"{cls.__name__}: "
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UserError(f"{where}unknown setting(s) {unknown} for {cls.__name__}; "
+                        f"{_nearest(unknown[0], fields)}known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        choices = fields[name].metadata.get("choices")
+        if not _matches(value, hints[name]):
+            raise UserError(f"{where}{name} = {value!r} is not {_describe(hints[name])}, which {cls.__name__}."
+                            f"{name} must be" + (f" (one of {list(choices)})" if choices else ""))
+        if choices and value not in choices:
+            raise UserError(f"{where}{name} = {value!r} is not allowed; {_nearest(str(value), map(str, choices))}"
+                            f"the values are {list(choices)}")
+
+
+def config_from(cls: type[T], values: dict[str, Any] | None = None, *, origin: str = "", **overrides: Any) -> T:
+    """Build a stage config dataclass from a TOML section plus overrides (None = keep), checked by
+    `check_settings` first; the dataclass's own checks end in the same kind of sentence."""
     merged = dict(values or {})
     merged.update({k: v for k, v in overrides.items() if v is not None})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(merged) - names)
-    if unknown:
-        raise UserError(f"unknown setting(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
+    check_settings(cls, merged, origin)
     try:
         return cls(**merged)
     except (TypeError, ValueError) as e:
-        raise UserError(f"{cls.__name__}: {e}") from None
+        raise UserError(f"{origin or cls.__name__}: {e}") from None
 
 
-def config_from_args(cls: type[T], section: dict[str, Any] | None, args: argparse.Namespace) -> T:
+def config_from_args(cls: type[T], section: dict[str, Any] | None, args: argparse.Namespace,
+                     origin: str = "") -> T:
     """Config from a TOML section, overridden by the options `add_options` generated for `cls`."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
-    return config_from(cls, section, **given)
+    return config_from(cls, section, origin=origin, **given)
 
 
-def load_toml(path: str | os.PathLike | None) -> dict[str, Any]:
+def load_toml(path: str | os.PathLike | None, sections=None) -> dict[str, Any]:
+    """A TOML settings file; with `sections` (the stage names), a section that is none of them is
+    an error, whichever job reads the file."""
     if path is None:
         return {}
     p = Path(path)
@@ -119,6 +182,17 @@ def load_toml(path: str | os.PathLike | None) -> dict[str, Any]:
         raise UserError(f"config file {p} does not exist")
     try:
         with p.open("rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {p} is not valid TOML: {e}") from None
+    if sections is not None:
+        known = list(sections)
+        bare = sorted(k for k, v in data.items() if not isinstance(v, dict))
+        if bare:
+            raise UserError(f"config file {p}: {bare[0]} = {data[bare[0]]!r} is outside any [section]; "
+                            "settings go under their stage's [section]")
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise UserError(f"config file {p}: unknown section(s) {unknown}; {_nearest(unknown[0], known)}"
+                            f"the sections are the stages {known}")
+    return data

@@ -13,10 +13,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sciencemap.config import config_from, load_toml
+from sciencemap.config import check_settings, config_from, load_toml
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.stages import Stage, StageContext, pipeline_stages
+from sciencemap.stages import Stage, StageContext, all_stages, pipeline_stages
 from sciencemap.storage import write_json_atomic
 
 
@@ -48,12 +48,14 @@ def select(stages: list[Stage], first: str | None, last: str | None) -> list[Sta
 def run_pipeline(opts: PipelineOptions) -> dict:
     stages = pipeline_stages()
     names = [s.name for s in stages]
-    toml = load_toml(opts.config)
-    unknown = sorted(set(toml) - set(names))
-    if unknown:
-        raise UserError(f"config {opts.config} has unknown section(s) {unknown}; stages are {names}")
+    # every stage's section is known ([place] too, which jobs/place.py reads from the same file)
+    toml = load_toml(opts.config, sections=[s.name for s in all_stages()])
     chosen = select(stages, opts.first, opts.last)
-    configs = {s.name: config_from(s.config, toml.get(s.name)) for s in chosen}  # all settings checked up front
+    configs = {s.name: config_from(s.config, toml.get(s.name), origin=f"config file {opts.config} [{s.name}]")
+               for s in chosen}  # all settings checked up front
+    for s in all_stages():   # the other sections' settings too: a mistake there is found now, not later
+        if s.name in toml and s.name not in configs:
+            check_settings(s.config, toml[s.name], origin=f"config file {opts.config} [{s.name}]")
     layout = RunLayout(Path(opts.run))
     layout.root.mkdir(parents=True, exist_ok=True)
     if opts.config:
