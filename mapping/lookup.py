@@ -24,6 +24,7 @@ bound by the disk, in a few hundred MB of memory.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 
 from sciencemap.config import load_toml
 from sciencemap.contracts import VECTORS_IDS
+from sciencemap.ids import paper_id_of
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
@@ -140,14 +142,31 @@ def _id_batches(vec: Vectors):
         off += b.num_rows
 
 
-def row_of(vec: Vectors, paper_id: str) -> int:
-    """The paper's vector-store row; a UserError when it has none."""
+def find_paper(vec: Vectors, text: str) -> tuple[str, int]:
+    """The paper id and vector-store row of a user's id, spelt as the readers spell ids
+    (sciencemap.ids.paper_id_of: a bare DOI or PMID gets its scheme, case as the readers write it),
+    else exactly as given; a UserError naming the nearest ids when neither is in the store. One
+    pass over the ids; the near ones are those sharing the first two thirds of the id."""
+    wanted = list(dict.fromkeys([paper_id_of(text), text.strip()]))
+    stem = wanted[0][:max(len(wanted[0]) * 2 // 3, min(len(wanted[0]) - 1, 8))]
+    found: dict[str, int] = {}
+    near: list[str] = []
     for off, col in _id_batches(vec):
-        i = pc.index(col, pa.scalar(paper_id, pa.string())).as_py()
-        if i >= 0:
-            return off + i
-    raise UserError(f"paper {paper_id!r} is not among the {vec.n:,} papers of this run's vector store "
-                    f"({vec.path / VECTORS_IDS}); check the id, or find it with --title")
+        hit = pc.indices_nonzero(pc.is_in(col, value_set=pa.array(wanted, pa.string()))).to_numpy()
+        for i, p in zip(hit.tolist(), col.take(pa.array(hit)).to_pylist()):
+            found.setdefault(p, off + i)
+        if wanted[0] in found:
+            break
+        if len(near) < 10_000:
+            near += col.filter(pc.starts_with(col, stem)).to_pylist()[:10_000]
+    for p in wanted:
+        if p in found:
+            return p, found[p]
+    close = difflib.get_close_matches(wanted[0], near, n=3, cutoff=0.8)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    shown = repr(text) + (f" (as an id: {wanted[0]!r})" if wanted[0] != text else "")
+    raise UserError(f"paper {shown} is not among the {vec.n:,} papers of this run's vector store; {hint}"
+                    "check the id, or find the paper with --title")
 
 
 def scan_ids(vec: Vectors, rows: np.ndarray, ids: set[str]) -> tuple[dict[int, str], dict[str, int]]:
@@ -277,20 +296,28 @@ def map_resolution(layout: RunLayout, wanted: float | None) -> float | None:
                         f"use --resolution with one of {available}") from None
 
 
-def topics_of(layout: RunLayout, resolution: float, rows: list[int]) -> dict[int, tuple[int, str, int]]:
-    """(cluster, label, size) of each given vector row that is clustered at `resolution`."""
+def topics_of(layout: RunLayout, resolution: float, rows: list[int]) -> dict[int, tuple[int, str, int, int]]:
+    """(cluster, label, members, size) of each given vector row that is clustered at `resolution`:
+    members = the topic's nodes in the kNN graph (title-only cited papers included), size = the
+    topics table's count, the papers the map shows (METHODS §5.3 `papers_shown`)."""
     clusters = dataset(layout.table("clusters"), "run the cluster stage first")
     flt = (ds.field("resolution") == resolution) & ds.field("row").isin(pa.array(rows, pa.int32()))
     cluster_of = {}
     for b in clusters.to_batches(columns=["row", "cluster"], filter=flt):
         cluster_of.update(zip(b.column(0).to_pylist(), b.column(1).to_pylist()))
-    wanted = sorted(set(cluster_of.values()))
-    flt = (ds.field("resolution") == resolution) & ds.field("cluster").isin(pa.array(wanted, pa.int32()))
+    wanted = pa.array(sorted(set(cluster_of.values())), pa.int32())
+    flt = (ds.field("resolution") == resolution) & ds.field("cluster").isin(wanted)
+    members: dict[int, int] = {}
+    for b in clusters.to_batches(columns=["cluster"], filter=flt):
+        vc = pc.value_counts(b.column(0))
+        for c, k in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
+            members[c] = members.get(c, 0) + k
     topic = {}
     for b in dataset(layout.table("topics")).to_batches(columns=["cluster", "label", "size"], filter=flt):
         for c, lab, size in zip(*(b.column(i).to_pylist() for i in range(3))):
             topic[c] = (clean_text(lab), size)
-    return {r: (c, *topic.get(c, ("", None))) for r, c in cluster_of.items()}
+    return {r: (c, topic.get(c, ("", None))[0], members.get(c, 0), topic.get(c, ("", None))[1])
+            for r, c in cluster_of.items()}
 
 
 # ---------------------------------------------------------------- the look-up
@@ -299,7 +326,7 @@ def lookup(layout: RunLayout, paper_id: str, k: int = 10, resolution: float | No
            block: int | None = None) -> dict:
     """The look-up of one paper as a JSON-able dict: the paper, and its k neighbours best first."""
     vec = open_vectors(layout)
-    row = row_of(vec, paper_id)
+    paper_id, row = find_paper(vec, paper_id)
     res = map_resolution(layout, resolution)
     cites = citations_of(layout, paper_id)
     sims, rows = nearest(vec, row, k, block)
@@ -310,9 +337,9 @@ def lookup(layout: RunLayout, paper_id: str, k: int = 10, resolution: float | No
 
     def described(pid: str, r: int) -> dict:
         title, year, _ = info.get(pid, ("", None, False))
-        c, label, size = topic.get(r, (None, None, None))
+        c, label, members, size = topic.get(r, (None, None, None, None))
         return {"paper_id": pid, "title": title, "year": year, "row": r, "cluster": c, "topic": label,
-                "topic_size": size}
+                "topic_members": members, "topic_size": size}
 
     paper = described(paper_id, row)
     corpus = {p for p, (_, _, rec) in info.items() if rec}
@@ -367,7 +394,8 @@ def format_table(result: dict) -> str:
     elif p["cluster"] is None:
         topic = f"not clustered at resolution {res}"
     else:
-        topic = f"{_topic(p, 80)}  ({p['topic_size']:,} papers; resolution {res})"
+        shown = "" if p["topic_size"] is None else f", {p['topic_size']:,} of them with a record of their own"
+        topic = f"{_topic(p, 80)}  ({p['topic_members']:,} papers in the graph{shown}; resolution {res})"
     head = [f"paper   {p['paper_id']}{year}  {p['title'] or '(no title)'}",
             f"topic   {topic}",
             f"cites   {p['references']:,} references, to {p['references_in_run']:,} papers of the run "
@@ -409,7 +437,8 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=SUMMARY + " Reads the run, writes nothing.")
     ap.add_argument("--run", required=True, help="a run directory after the knn stage (topics after render)")
     which = ap.add_mutually_exclusive_group(required=True)
-    which.add_argument("--paper-id", help="the paper's id, e.g. doi:10.7554/elife.00003")
+    which.add_argument("--paper-id", help="the paper's id as the run writes it (doi:10.7554/elife.00003) or as "
+                       "printed: a DOI or doi.org link, a PMID, a PMC id, an arXiv id")
     which.add_argument("--title", help="words of its title (case-insensitive); a unique best match is taken, "
                        "several are listed")
     ap.add_argument("--k", type=int, default=10, help="neighbours to show (default 10; any up to the papers - 1)")

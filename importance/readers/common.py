@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from sciencemap.ids import norm_doi  # noqa: F401  (the readers' DOI key, shared with the look-up)
+
 # Record kinds a reader may yield (see importance.ingest.INTERNAL_SCHEMAS).
 PAPER, REF, MENTION, REJECT, SENTENCE, CITANCE = "paper", "ref", "mention", "reject", "sentence", "citance"
 # WARNING: a record kept after lenient recovery (warnings table). FILE: what became of one input
@@ -31,7 +33,6 @@ PAPER, REF, MENTION, REJECT, SENTENCE, CITANCE = "paper", "ref", "mention", "rej
 WARNING, FILE = "warning", "file"
 
 _WS = re.compile(r"\s+")
-_DOI = re.compile(r"(10\.\d{4,9}/\S+)")
 
 
 class BadRecord(Exception):
@@ -108,16 +109,6 @@ def norm_title(title: str | None) -> str | None:
     t = strip_accents(html.unescape(title)).lower()
     t = _NOT_ALNUM.sub(" ", t).strip()
     return t or None
-
-
-def norm_doi(doi: str | None) -> str | None:
-    """Lowercased bare DOI (drops https://doi.org/ and doi: prefixes, trailing punctuation)."""
-    if not doi:
-        return None
-    m = _DOI.search(doi.strip())
-    if not m:
-        return None
-    return m.group(1).rstrip(".,;)").lower()
 
 
 def parse_year(text: str | None) -> int | None:

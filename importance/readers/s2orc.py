@@ -37,20 +37,9 @@ from importance.readers.common import (MENTION, PAPER, REF, BadRecord, author, b
                                        starts_with, utf8_problem, warning)
 from importance.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
 from importance.sections import classify_sections, known_class
+from sciencemap.ids import norm_arxiv
 
-_ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
-_ARXIV_OLD = re.compile(r"\b([a-z\-]+(?:\.[A-Z]{2})?/\d{7})(?:v\d+)?\b")
 _MARKUP = re.compile(r"\{\{(?:cite|formula|figure|table):[^}]*\}\}")
-
-
-def norm_arxiv(text: str | None) -> str | None:
-    """Bare lowercase arXiv id without version: 2104.06921, hep-ph/0511200."""
-    if not text:
-        return None
-    t = str(text).strip()
-    t = re.sub(r"^(?:https?://arxiv\.org/(?:abs|pdf)/|arxiv:)", "", t, flags=re.I)
-    m = _ARXIV_NEW.search(t) or _ARXIV_OLD.search(t)
-    return m.group(1).lower() if m else None
 
 
 def _lines(path: str, data: bytes):

@@ -19,7 +19,7 @@ from sciencemap.vectors import open_vectors
 
 from mapping.cluster import ClusterConfig, run_cluster
 from mapping.knn import KnnConfig, run_knn
-from mapping.lookup import find_by_title, lookup, main, nearest
+from mapping.lookup import find_by_title, format_table, lookup, main, nearest
 from mapping.render import RenderConfig, run_render
 
 FOCAL = "p:0"
@@ -152,13 +152,17 @@ def test_topics_at_the_recorded_map_resolution_or_the_one_asked_for(run):
     def expected(paper_id, res):
         c = next(r["cluster"] for r in clusters if r["paper_id"] == paper_id and r["resolution"] == res)
         t = next(t for t in topics if t["resolution"] == res and t["cluster"] == c)
-        return c, t["label"], t["size"]
+        members = sum(r["cluster"] == c and r["resolution"] == res for r in clusters)
+        return c, t["label"], members, t["size"]
 
     for asked, res in ((None, MAP_RES), (0.01, 0.01)):
         out = lookup(run, FOCAL, k=5, resolution=asked)
         assert out["resolution"] == res
         for d in [out["paper"], *out["neighbours"]]:
-            assert (d["cluster"], d["topic"], d["topic_size"]) == expected(d["paper_id"], res)
+            assert (d["cluster"], d["topic"], d["topic_members"], d["topic_size"]) == expected(d["paper_id"], res)
+        members, size = out["paper"]["topic_members"], out["paper"]["topic_size"]
+        assert members >= size   # title-only papers are in the graph's topic, not shown on the map
+        assert f"({members:,} papers in the graph, {size:,} of them with a record of their own; " in format_table(out)
     with pytest.raises(UserError, match="use --resolution with one of"):
         lookup(run, FOCAL, k=5, resolution=0.5)
 
@@ -225,3 +229,33 @@ def test_the_console_script_finds_the_command_by_entry_point(tmp_path, run, caps
     assert "lookup" in cli.commands()
     assert cli.main(["lookup", "--run", str(run.root), "--paper-id", FOCAL, "--k", "4", "--tsv"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 5
+
+
+def test_ids_as_users_write_them_are_found_and_a_near_one_suggested(tmp_path, capsys):
+    """The readers' ids (doi: lowercase, pmid:, pmc: digits) found from a printed DOI, a bare DOI or
+    PMID and a PMC id; an id one character off names the nearest ones."""
+    from mapping.lookup import find_paper
+    from sciencemap.contracts import embeddings_schema
+    from sciencemap.vectors import ensure_vectors
+
+    import pyarrow.parquet as pq
+
+    layout = RunLayout(tmp_path / "r")
+    ids = ["doi:10.7554/elife.06197", "doi:10.7554/elife.06198", "pmid:25855408", "pmc:4399415", "acl:p14-1011"]
+    ids += [f"doi:10.1000/other.{i}" for i in range(40)]
+    X = np.random.default_rng(0).normal(size=(len(ids), 8)).astype(np.float32)
+    layout.embeddings_dir.mkdir(parents=True)
+    pq.write_table(pa.table({"paper_id": ids, "vector": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 8)},
+                            schema=embeddings_schema(8)), layout.embeddings_dir / "part-00000.parquet")
+    vec = ensure_vectors(layout)
+    for text, want in [("doi:10.7554/eLife.06197", 0), ("10.7554/elife.06197", 0), ("https://doi.org/10.7554/ELIFE.06198", 1),
+                       ("25855408", 2), ("PMC4399415", 3), ("ACL:P14-1011", 4), ("doi:10.1000/other.7", 12)]:
+        assert find_paper(vec, text) == (ids[want], want), text
+    with pytest.raises(UserError) as e:
+        find_paper(vec, "10.7554/eLife.06190")
+    msg = str(e.value)
+    assert msg.startswith("paper '10.7554/eLife.06190' (as an id: 'doi:10.7554/elife.06190') is not among the 45 papers")
+    hint = msg.split("did you mean ")[1].split("?")[0]
+    assert sorted(hint.split(" or ")) == ["doi:10.7554/elife.06197", "doi:10.7554/elife.06198"]
+    with pytest.raises(UserError, match="45 papers of this run's vector store; check the id"):
+        find_paper(vec, "pmid:1")
