@@ -5,6 +5,8 @@ run's model (`[embed] model = "<map run>/model"`), then:
 
     sciencemap place --run <map run> --new <new papers' run>
 
+0. the two runs' embedding manifests must name the same encoder (model hash, pooling, max_length,
+   dimensions: `same_encoder`), else place refuses and names the command that re-embeds,
 1. the new papers' vectors (their run's vector store, converted from its embeddings),
 2. their k nearest papers on the map: the knn stage's search (mapping.knn: exact below
    `exact_below` map papers, an approximate index with exact re-ranking above) over the map run's vector store,
@@ -156,10 +158,36 @@ def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceCo
     return topic, share, nearest, xy, {**search, "index_build_s": round(build_s, 3)}
 
 
+# what makes two runs' vectors comparable: the same weights, pooled the same way over the same tokens
+ENCODER_KEYS = ("model_hash", "pooling", "max_length", "dim")
+
+
+def same_encoder(map_layout: RunLayout, new_layout: RunLayout) -> None:
+    """Refuse vectors of another encoder: the two runs' embedding manifests must agree on
+    ENCODER_KEYS (runs whose vectors came from another tool, without a manifest, are not checked)."""
+    from sciencemap.contracts import EMBEDDINGS_MANIFEST
+    from sciencemap.embeddings import embeddings_dir, read_manifest
+
+    dirs = [embeddings_dir(lay) for lay in (map_layout, new_layout)]
+    if not all((d / EMBEDDINGS_MANIFEST).is_file() for d in dirs):
+        return
+    old, new = read_manifest(dirs[0]), read_manifest(dirs[1])
+    differ = [k for k in ENCODER_KEYS if old.get(k) != new.get(k)]
+    if differ:
+        def told(m):
+            return (f"{m.get('model_path')} (hash {str(m.get('model_hash'))[:12]}, pooling {m.get('pooling')}, "
+                    f"max_length {m.get('max_length')}, {m.get('dim')} dimensions)")
+        raise UserError(f"the new papers in {new_layout.root} were embedded with {told(new)}, the map {map_layout.root} "
+                        f"with {told(old)}: vectors of two encoders cannot share a map; embed the new papers with "
+                        f"the map's: jobs/embed.py --run {new_layout.root} --model {old.get('model_path')} "
+                        f"--pooling {old.get('pooling')} --max-length {old.get('max_length')} --restart")
+
+
 def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
     if not cfg.new:
         raise UserError("say which papers to place: --new <run directory with their embeddings>")
     new_layout = RunLayout(require_dir(cfg.new, "run directory of the new papers"))
+    same_encoder(layout, new_layout)
     vec = open_vectors(layout)
     state = load_map(layout, vec.n)
     new_vec = ensure_vectors(new_layout, "float32", log.info)

@@ -95,3 +95,34 @@ def test_place_needs_a_rendered_map_and_matching_vectors(tmp_path, make_run):
         run_place(PlaceConfig(new=str(new.root)), layout)
     with pytest.raises(UserError, match="--new"):
         run_place(PlaceConfig(), layout)
+
+
+def test_vectors_of_another_encoder_are_refused_in_one_sentence(tmp_path, make_run):
+    """The two runs' embedding manifests must agree on model hash, pooling, max_length and dim;
+    the sentence names both encoders and the command that re-embeds with the map's."""
+    import json
+
+    from mapping.place import ENCODER_KEYS
+
+    layout, _ = make_run(tmp_path / "map", n_clusters=2, per=10, dim=8)
+    ensure_vectors(layout)
+    new = RunLayout(tmp_path / "new")
+    _write_embeddings(new, ["n1"], np.ones((1, 8), np.float32))
+    enc = {"model_path": str(tmp_path / "map" / "model"), "model_hash": "a" * 64, "pooling": "mean",
+           "max_length": 256, "dim": 8}
+    (layout.embeddings_dir / "manifest.json").write_text(json.dumps(enc))
+    for key, other in [("model_hash", "b" * 64), ("pooling", "cls"), ("max_length", 128), ("dim", 384)]:
+        (new.embeddings_dir / "manifest.json").write_text(json.dumps({**enc, "model_path": "minilm", key: other}))
+        with pytest.raises(UserError) as e:
+            run_place(PlaceConfig(new=str(new.root)), layout)
+        msg = str(e.value)
+        assert msg.startswith(f"the new papers in {new.root} were embedded with minilm (")
+        assert f"the map {layout.root} with {enc['model_path']} (hash aaaaaaaaaaaa, pooling mean, max_length 256" in msg
+        assert msg.endswith(f"jobs/embed.py --run {new.root} --model {enc['model_path']} --pooling mean "
+                            "--max-length 256 --restart")
+    assert set(ENCODER_KEYS) == {"model_hash", "pooling", "max_length", "dim"}
+    # the same encoder (another path to the same weights) passes the check and goes on: here to the
+    # unrendered map's own error
+    (new.embeddings_dir / "manifest.json").write_text(json.dumps({**enc, "model_path": "/elsewhere/model"}))
+    with pytest.raises(UserError, match="render"):
+        run_place(PlaceConfig(new=str(new.root)), layout)
