@@ -17,10 +17,17 @@ run's model (`[embed] model = "<map run>/model"`), then:
 4. a position inside that topic: the map's own local layout (mapping.layout.LocalLayout, saved by
    the render stage), so a new paper sits where an old paper with its vector would,
 5. the `placed` table (paper_id, cluster, x, y, vote share, nearest similarity; or the reason it
-   was not placed) and the map PNGs redrawn with the new papers ("placed" in map.png's legend;
-   on the overlays with their topic's colour). Old papers, topics, their positions and
-   overlay values stay as they are: nothing of kNN, Leiden or UMAP is re-run. map.html is not
-   redrawn (re-run render for that, which also drops the placed papers from the PNGs).
+   was not placed: already on the map, a title-only cited paper under `papers = corpus`, no
+   neighbour in a map topic) and the map PNGs drawn again with the new papers under
+   <map run>/placed_maps/: the map's papers exactly as the render stage drew them (its colours,
+   area borders and labels), the placed papers on top as black dots, a colour no source or overlay
+   has, ringed (mapping.render.draw_pngs marks), "placed (new)" in map.png's legend. The map's own files, old papers, topics, their
+   positions and overlay values stay as they are: nothing of kNN, Leiden or UMAP is re-run.
+   map.html is not redrawn.
+
+`[place] papers = corpus` (the default) places the new run's papers with a record of their own;
+the title-only papers their reference lists name are in the new run too (they are embedded for
+the new run's own map) and would otherwise be "placed" by their titles alone.
 
 Scale: the new vectors are read in blocks of `block_size`; per new paper the stage keeps its
 topic, position and two floats. 1M new papers on a 1M-paper map: bench/placement.py.
@@ -50,7 +57,6 @@ from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories
 log = logging.getLogger(__name__)
 
 PLACED = "placed (new)"
-PLACED_COLOR = "#e31a1c"
 PLACED_SCHEMA = pa.schema([
     ("paper_id", pa.string()), ("cluster", pa.int32()), ("x", pa.float32()), ("y", pa.float32()),
     ("vote_share", pa.float32()), ("nearest_similarity", pa.float32()), ("reason", pa.string())])
@@ -63,7 +69,11 @@ class PlaceConfig:
     index: str = setting("auto", "search over the map's vectors, as [knn] index", choices=INDEXES)
     exact_below: int = setting(200_000, "auto: exact search below this many map papers")
     block_size: int = setting(16_384, "new papers per search block")
-    redraw: bool = setting(True, "redraw the map PNGs with the placed papers (--no-redraw: only the table)")
+    papers: str = setting("corpus", "which of the new run's papers to place: corpus = those with a record of "
+                                    "their own; all = also the title-only papers their references name",
+                          choices=("corpus", "all"))
+    redraw: bool = setting(True, "draw the map PNGs again with the placed papers, under <map run>/placed_maps/ "
+                                 "(the map's own files are never touched; --no-redraw: only the table)")
     gpu: str = setting("auto", "FAISS on the GPU as in [knn]", choices=("auto", "never", "require"))
 
 
@@ -197,12 +207,15 @@ def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
     ids = new_vec.ids()
     # an Arrow hash lookup: np.isin on object arrays compares every pair (hours at 1M × 1M)
     on_map = pc.is_in(new_vec.ids_arrow(), value_set=vec.ids_arrow()).to_numpy(zero_copy_only=False)
+    title_only = ~with_record(new_layout, new_vec.ids_arrow()) if cfg.papers == "corpus" else np.zeros(len(ids), bool)
     edges = layout.table("edges")
     knn_meta = read_json_metadata(edges, EDGES_META_KEY) if edges.exists() else {}
-    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, on_map, knn_meta)
+    skip = on_map | title_only
+    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, skip, knn_meta)
     reason = np.full(len(ids), None, dtype=object)
+    reason[title_only] = "title-only cited paper (papers = corpus)"
     reason[on_map] = "already on the map"
-    reason[(topic < 0) & ~on_map] = "no neighbour in a map topic"
+    reason[(topic < 0) & ~skip] = "no neighbour in a map topic"
     placed = topic >= 0
     table = pa.table({"paper_id": pa.array(ids, pa.string()),
                       "cluster": pa.array(np.where(placed, state.clusters[np.maximum(topic, 0)], -1), pa.int32()),
@@ -211,14 +224,26 @@ def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
                       "reason": pa.array(reason, pa.string())}, schema=PLACED_SCHEMA)
     write_table_atomic(table, layout.table("placed"))
     summary = {"new_papers": int(len(ids)), "placed": int(placed.sum()), "already_on_map": int(on_map.sum()),
-               "unplaced": int(((topic < 0) & ~on_map).sum()), "map_resolution": state.resolution,
+               "title_only_not_placed": int((title_only & ~on_map).sum()), "papers": cfg.papers,
+               "unplaced": int(((topic < 0) & ~skip).sum()), "map_resolution": state.resolution,
                "median_vote_share": float(np.median(share[placed])) if placed.any() else None,
                "topics_receiving": int(len(np.unique(topic[placed]))), **search}
     if cfg.redraw and placed.any():
-        summary["pngs"] = redraw(layout, vec, state, xy[placed], topic[placed])
+        summary["pngs"] = redraw(layout, vec, state, xy[placed])
     summary["peak_rss_mb"] = round(rss_mb())
     log.info("place: %s", summary)
     return summary
+
+
+def with_record(layout: RunLayout, ids: pa.Array) -> np.ndarray:
+    """Per id: whether the run's papers table gives it a record of its own (a source file), not
+    only a title from someone's reference list. A run without a papers table: all of them."""
+    papers = layout.table("papers")
+    if not papers.exists():
+        return np.ones(len(ids), bool)
+    t = read_table(papers, columns=["paper_id", "source_file"])
+    corpus = pc.filter(t.column("paper_id"), pc.is_valid(t.column("source_file")))
+    return pc.is_in(ids, value_set=corpus).to_numpy(zero_copy_only=False)
 
 
 def _render_config(extra: dict) -> RenderConfig:
@@ -230,7 +255,7 @@ def _render_config(extra: dict) -> RenderConfig:
     return RenderConfig(**{k: v for k, v in saved.items() if k in known})
 
 
-def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_topic: np.ndarray) -> dict:
+def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray) -> dict:
     """The map PNGs again, old papers at their saved positions plus the placed ones on top."""
     if not layout.map_positions.is_file():
         raise UserError(f"{layout.map_positions} is missing; re-run the render stage on {layout.root}")
@@ -240,14 +265,17 @@ def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_topi
     shown = np.flatnonzero(np.isfinite(pxy[:, 0]) & (state.topic_of_row >= 0))
     meta = load_row_meta(layout, vec.ids_arrow())
     codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
-    names = names + [PLACED]
     t = read_table(layout.table("topics")).to_pandas()
     t = t[t["resolution"] == state.resolution].set_index("cluster").loc[state.clusters].reset_index()
     cfg = _render_config(state.extra)
-    all_xy = np.vstack([np.asarray(pxy[shown]), new_xy]).astype(np.float32)
-    all_codes = np.concatenate([codes[shown], np.full(len(new_xy), len(names) - 1, np.int32)])
-    all_topic = np.concatenate([state.topic_of_row[shown], new_topic])
-    _, files, _, _ = draw_pngs(layout, all_xy, all_codes, names, all_topic, t, cfg, state.resolution,
-                               colors={PLACED: PLACED_COLOR}, under=CITED_ONLY)
+    areas = read_table(layout.table("areas")).to_pandas() if layout.table("areas").exists() else None
+    topic_area = state.extra.get("topic_area")
+    out = RunLayout(layout.placed_dir)
+    out.root.mkdir(parents=True, exist_ok=True)
+    # the map's papers exactly as the render stage drew them; the placed ones on top (draw_pngs marks)
+    _, files, _, _ = draw_pngs(out, np.asarray(pxy[shown], np.float32), codes[shown], names,
+                               state.topic_of_row[shown], t, cfg, state.resolution, under=CITED_ONLY, areas=areas,
+                               topic_area=None if topic_area is None else np.asarray(topic_area),
+                               marks=np.asarray(new_xy, np.float32), marks_label=PLACED)
     return files
 

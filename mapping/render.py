@@ -94,6 +94,9 @@ CITED_ONLY = "cited, title only"
 CITED_ONLY_COLOR = UNDER_COLOR
 NO_FIELD, OTHER_FIELDS = "no field", "other fields"
 OVERLAY_PNGS = ("field", "interdisciplinarity", "year")
+# placed papers drawn on a map: black (no source colour in mapping.map_png PALETTE, no overlay's),
+# ringed up to MARKS_MAX of them (beyond, the rings would cover the map), ring radius in pixels
+MARK_COLOR, MARKS_MAX, MARK_R = "#000000", 5_000, 3
 
 
 def category_colors(categories) -> dict[str, str]:
@@ -355,10 +358,15 @@ def _png_bytes(img) -> bytes:
 def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
               map_topics: pd.DataFrame, cfg: RenderConfig, map_res: float, colors: dict[str, str] | None = None,
               under: str | None = CITED_ONLY, areas: pd.DataFrame | None = None,
-              topic_area: np.ndarray | None = None):
+              topic_area: np.ndarray | None = None, marks: np.ndarray | None = None,
+              marks_label: str = "placed (new)"):
     """map.png (papers by category: `codes` into `names`) and the overlay PNGs (papers by their
     topic's row in `map_topics`: `topic`), from float32 positions. Returns (the base map's
-    datashader image, {name: path}, papers per category, papers and topics per main field)."""
+    datashader image, {name: path}, papers per category, papers and topics per main field).
+    `marks` (data positions: placed papers) are drawn on top of every PNG, not shaded with the map's
+    papers, so the map's own pixels and colours stay as the render stage drew them: a black dot
+    each (a colour no source and no overlay has), ringed up to MARKS_MAX of them, and a legend entry
+    `marks_label` on map.png."""
     if cfg.width <= cfg.legend_width + 50 or cfg.height < 80:
         raise UserError(f"map size {cfg.width}x{cfg.height} is too small for a legend of {cfg.legend_width} px")
     n_cat = np.bincount(codes, minlength=len(names))
@@ -370,6 +378,8 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     frame = Frame(cfg.width, cfg.height, cfg.legend_width, xr, yr)
     x, y = pxy[:, 0], pxy[:, 1]
     title = f"{cfg.title}: {len(pxy):,} papers, {len(map_topics):,} topics (CPM resolution {map_res:g})"
+    if marks is not None and len(marks):
+        title += f", {len(marks):,} {marks_label}"
     sizes = map_topics["size"].to_numpy()
     big = np.argsort(-sizes, kind="stable")[:cfg.labels_on_png]
     lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
@@ -385,9 +395,19 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
         top = areas.sort_values("size", ascending=False, kind="stable").head(cfg.area_labels)
         area_text = (top["label"].fillna("").str.upper().tolist(), top["x"].to_numpy(), top["y"].to_numpy())
 
+    dots, rings = [], []
+    if marks is not None and len(marks):
+        mx, my = frame.to_px(marks[:, 0], marks[:, 1])
+        dots = list(zip(mx.round().tolist(), my.round().tolist()))
+        if len(marks) <= MARKS_MAX:
+            rings = [(a - MARK_R, b - MARK_R, a + MARK_R, b + MARK_R) for a, b in zip(mx.tolist(), my.tolist())]
+
     def finish(img, path, draw_legend):
         out, draw = compose(img, frame, title)
         draw_legend(draw)
+        draw.point(dots, fill=MARK_COLOR)
+        for box in rings:
+            draw.ellipse(box, outline=MARK_COLOR, width=1)
         if border_xy:
             draw.point(border_xy, fill="#9a9a9a")
         boxes: list = []                    # areas first: topic labels never cover them
@@ -399,8 +419,9 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     files = {}
     with Progress("render: datashader", 4 * len(codes), "points") as prog:
         base = shade_categories(x, y, codes, names, colors, frame, under=under, progress=prog)
+        marked = [(marks_label, MARK_COLOR, len(dots))] if dots else []
         finish(base, layout.map_png, lambda d: legend(d, frame, "colour = source",
-                                                      [(c, colors[c], counts[c]) for c in counts]))
+                                                      [(c, colors[c], counts[c]) for c in counts] + marked))
         files["map"] = str(layout.map_png)
 
         fcode, fnames, fcolors = field_codes(map_topics["main_field"], sizes, cfg.legend_fields)

@@ -51,4 +51,4 @@ EVALUATE = Stage("evaluate", 80, EvaluateConfig, _evaluate, summary="MeSH cluste
 PLACE = Stage("place", 75, PlaceConfig, _place, in_pipeline=False,
               summary="Place new papers (a run with their embeddings, --new) on this run's finished map: "
                       "neighbours on the map, a topic each, a position in it; writes the placed table and "
-                      "redraws the map PNGs. Nothing of kNN, Leiden or UMAP is re-run.")
+                      "the map PNGs with them under placed_maps/. Nothing of kNN, Leiden or UMAP is re-run.")

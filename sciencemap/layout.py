@@ -50,6 +50,11 @@ class RunLayout:
         return self.root / f"map_{overlay}.png"
 
     @property
+    def placed_dir(self) -> Path:
+        """The map PNGs drawn again with placed papers (mapping.place), beside the map's own."""
+        return self.root / "placed_maps"   # ("placed" is the table)
+
+    @property
     def map_layout(self) -> Path:
         """The map's topic positions and paper-placement frames (mapping.layout.LocalLayout)."""
         return self.root / "map_layout.npz"

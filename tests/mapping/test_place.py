@@ -50,18 +50,23 @@ def test_new_papers_land_in_the_topic_of_their_cluster_without_moving_the_map(tm
     run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120), layout)
     before = {p: p_.read_bytes() for p, p_ in (("topics", layout.table("topics") / "part-00000.parquet"),
                                                ("xy", layout.map_positions)) if p_.exists()}
-    old_png = layout.map_png.read_bytes()
+    own = {f: f.read_bytes() for f in sorted(layout.root.glob("map*.png")) + [layout.map_html]}
 
     # new papers drawn from the same generating clusters (the same seed gives the same centres)
     Xn, tn = clustered_vectors(5, 12, 16, 0.3, seed=2)
     Xn = Xn + 0.05 * np.random.default_rng(9).normal(size=Xn.shape).astype(np.float32)
     new = RunLayout(tmp_path / "new")
-    new_ids = [f"new:{i}" for i in range(len(Xn))] + [ids[0]]     # the last one is already on the map
-    _write_embeddings(new, new_ids, np.vstack([Xn, np.asarray(vec.X[:1])]))
+    # the last but one is a title-only paper of the new run's references, the last one already on the map
+    new_ids = [f"new:{i}" for i in range(len(Xn))] + ["ref:titleonly", ids[0]]
+    _write_embeddings(new, new_ids, np.vstack([Xn, Xn[:1], np.asarray(vec.X[:1])]))
+    write_table_atomic(pa.table({"paper_id": new_ids, "source_file": [f"new/{i}.xml" for i in range(len(Xn))]
+                                 + [None, "old.xml"]}), new.table("papers"))
     s = run_place(PlaceConfig(new=str(new.root), k=10), layout)
-    assert s["new_papers"] == 61 and s["placed"] == 60 and s["already_on_map"] == 1 and s["unplaced"] == 0
+    assert s["new_papers"] == 62 and s["placed"] == 60 and s["already_on_map"] == 1 and s["unplaced"] == 0
+    assert s["title_only_not_placed"] == 1 and s["papers"] == "corpus"
     placed = read_table(layout.table("placed")).to_pandas()
-    assert placed["reason"].notna().sum() == 1 and placed["reason"].iloc[-1] == "already on the map"
+    assert placed["reason"].notna().sum() == 2 and placed["reason"].iloc[-1] == "already on the map"
+    assert placed["reason"].iloc[-2] == "title-only cited paper (papers = corpus)"
     got = placed["cluster"].to_numpy()[:60]
     assert (got == tn).mean() >= 0.95                               # the cluster it was drawn from
     # positions inside the disc of the topic it was put in, from the saved layout
@@ -70,13 +75,24 @@ def test_new_papers_land_in_the_topic_of_their_cluster_without_moving_the_map(tm
     t = np.array([d[c] for c in got])
     r = np.linalg.norm(placed[["x", "y"]].to_numpy()[:60] - lay.topic_xy[t], axis=1)
     assert np.all(r <= lay.radii[t] + 1e-5)
-    # the old map is untouched, the PNGs redrawn with the new papers in red
+    # the old map is untouched, its own files byte for byte; the PNGs drawn again under placed/
     for name, data in before.items():
         path = layout.table("topics") / "part-00000.parquet" if name == "topics" else layout.map_positions
         assert path.read_bytes() == data
-    assert layout.map_png.read_bytes() != old_png
-    arr = np.asarray(Image.open(layout.map_png).convert("RGB"))[30:, :280].reshape(-1, 3).astype(int)
-    assert ((arr[:, 0] > 180) & (arr[:, 1] < 80) & (arr[:, 2] < 80)).sum() > 0
+    assert {f: f.read_bytes() for f in own} == own
+    assert sorted(p.name for p in layout.placed_dir.iterdir()) == sorted(f.name for f in own if f.suffix == ".png")
+
+    for name in ("map.png", "map_field.png", "map_year.png"):
+        # below the title, left of the legend: the map's own pixels, except the placed papers' black
+        # dots and rings (a colour the map does not have)
+        old = np.asarray(Image.open(layout.root / name).convert("RGB"))[30:, :280].reshape(-1, 3)
+        new_ = np.asarray(Image.open(layout.placed_dir / name).convert("RGB"))[30:, :280].reshape(-1, 3)
+        changed = (old != new_).any(axis=1)
+        assert not (old == 0).all(axis=1).any() and (new_[changed] == 0).all()
+        assert 60 <= changed.sum() <= 60 * 30, name
+    # papers = all: the title-only one is placed too
+    s = run_place(PlaceConfig(new=str(new.root), k=10, papers="all", redraw=False), layout)
+    assert s["placed"] == 61 and s["title_only_not_placed"] == 0
 
     # an approximate search on the map: the map graph's tuned nprobe is reused, not tuned again
     knn = run_knn(KnnConfig(k=10, index="ivf_sq8", recall_queries=100), layout)
