@@ -1,10 +1,13 @@
 """Rebuild the embedded sample from ../shared/data (a developer tool, never run by the pipeline).
 
 Picks eLife research articles and ScisummNet papers so that as many citation links as possible stay
-inside the sample, and copies the three PubMed CSVs. Output: sample/elife/*.xml.gz,
-sample/scisummnet/<ACLID>/{<ACLID>.xml.gz,citing_sentences.json.gz}, sample/pubmed/*.csv.gz.
+inside the sample, copies the three PubMed CSVs, and picks a few more eLife articles outside the
+sample that cite it (the new papers of the README's placement recipe). Output: sample/elife/*.xml.gz,
+sample/scisummnet/<ACLID>/{<ACLID>.xml.gz,citing_sentences.json.gz}, sample/pubmed/*.csv.gz,
+sample/new_papers/*.xml.gz.
 
     python sample/build_sample.py --shared ../shared/data --elife 250 --scisummnet 250
+    python sample/build_sample.py --only-new-papers      # sample/new_papers alone
 """
 import argparse
 import collections
@@ -62,6 +65,42 @@ def pick_elife(tar_path, n, out):
     print(f"eLife: {len(picked)} of {len(docs)} research articles, {links} in-sample citation links")
 
 
+def elife_docs(tar_path) -> dict:
+    """doi -> (file name, bytes, reference DOIs) of every eLife research article in the tarball."""
+    docs = {}
+    with tarfile.open(tar_path) as tar:
+        for m in tar:
+            if not m.name.endswith(".xml"):
+                continue
+            data = tar.extractfile(m).read()
+            root = etree.fromstring(data)
+            if root.get("article-type") != "research-article":
+                continue
+            doi = root.findtext(".//article-meta/article-id[@pub-id-type='doi']")
+            refs = [d.strip().lower() for d in root.xpath("//ref-list/ref//pub-id[@pub-id-type='doi']/text()")]
+            docs[doi.lower()] = (Path(m.name).name, data, refs)
+    return docs
+
+
+def pick_new_papers(tar_path, n, sample_dir, out):
+    """n eLife research articles that are not in the sample and cite the most sample articles (ties:
+    the larger DOI, as greedy_pick): new papers for the placement recipe, which land near the map
+    papers they cite."""
+    docs = elife_docs(tar_path)
+    in_sample = {d for d, (name, _, _) in docs.items() if (sample_dir / (name + ".gz")).is_file()}
+    if not in_sample:
+        raise SystemExit(f"no sample articles found in {sample_dir}")
+    score = {d: sum(r in in_sample for r in refs) for d, (_, _, refs) in docs.items() if d not in in_sample}
+    picked = sorted(score, key=lambda d: (score[d], d), reverse=True)[:n]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for d in picked:
+        name, data, _ = docs[d]
+        (out / (name + ".gz")).write_bytes(gzip.compress(data, 9, mtime=0))
+    print(f"new papers: {len(picked)} eLife articles outside the sample, citing "
+          f"{sum(score[d] for d in picked)} sample articles in all")
+
+
 def pick_scisummnet(tar_path, n, out):
     xml, cites = {}, {}
     pat = re.compile(r"From-ScisummNet-2019/([^/]+)/(Reference_XML/[^/]+\.xml|citing_sentences\.json)$")
@@ -99,12 +138,19 @@ def main():
     ap.add_argument("--shared", type=Path, default=HERE.parent.parent / "shared" / "data")
     ap.add_argument("--elife", type=int, default=250)
     ap.add_argument("--scisummnet", type=int, default=250)
+    ap.add_argument("--new-papers", type=int, default=8, help="eLife articles outside the sample (sample/new_papers)")
+    ap.add_argument("--only-new-papers", action="store_true", help="rebuild sample/new_papers only")
     a = ap.parse_args()
+    tar = a.shared / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
+    if a.only_new_papers:
+        pick_new_papers(tar, a.new_papers, HERE / "elife", HERE / "new_papers")
+        return
     for sub in ("elife", "scisummnet", "pubmed"):
         shutil.rmtree(HERE / sub, ignore_errors=True)
     pick_elife(a.shared / "elife-articles" / "elife-articles-6c97171-xml.tar.gz", a.elife, HERE / "elife")
     pick_scisummnet(a.shared / "cl-scisumm" / "scisummnet-2019.tar.gz", a.scisummnet, HERE / "scisummnet")
     copy_pubmed(a.shared / "pubmed-multilabel-mesh-sample", HERE / "pubmed")
+    pick_new_papers(tar, a.new_papers, HERE / "elife", HERE / "new_papers")
 
 
 if __name__ == "__main__":

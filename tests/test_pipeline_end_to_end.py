@@ -208,3 +208,35 @@ def test_the_report_compares_methods_on_the_pubmed_records(finished_run):
     assert (run / "relatedness" / "mesh.png").stat().st_size > 10_000
     assert pq.read_table(run / "relatedness" / "curves.parquet").num_rows == 6 * 16 * 3
     assert "## Methods compared on the same papers" in (run / "report.md").read_text()
+
+
+def test_the_readme_placement_recipe_places_the_shipped_new_papers(finished_run, run_job, repo_root, tmp_path):
+    """README: ingest sample/new_papers into a run of their own, embed with the map's model, place;
+    the map's own files stay byte for byte, the placed maps are separate files; vectors of another
+    model are refused in one sentence."""
+    import hashlib
+
+    run, _, _ = finished_run
+    new = tmp_path / "new"
+    own = {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(run.glob("map*.png")) + [run / "map.html"]}
+    for args in (["jobs/ingest.py", "--run", str(new), "--input", "sample/new_papers:jats:elife_new"],
+                 ["jobs/embed.py", "--run", str(new), "--model", str(run / "model")]):
+        p = run_job(args)
+        assert p.returncode == 0, p.stderr[-3000:]
+    p = run_job(["jobs/place.py", "--run", str(run), "--new", str(new)])
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(p.stdout)
+    shipped = len(list((repo_root / "sample" / "new_papers").glob("*.xml.gz")))
+    assert s["papers"] == "corpus" and s["placed"] + s["unplaced"] <= shipped
+    assert s["placed"] >= shipped - 1 and s["title_only_not_placed"] > 0
+    assert {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in own} == own
+    assert sorted(f.name for f in (run / "placed_maps").glob("*.png")) == sorted(f.name for f in own if f.suffix == ".png")
+
+    other = tmp_path / "other"
+    shutil.copytree(new, other, ignore=shutil.ignore_patterns("embeddings", "vectors"))
+    p = run_job(["jobs/embed.py", "--run", str(other), "--model", "minilm", "--max-length", "32"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = run_job(["jobs/place.py", "--run", str(run), "--new", str(other)])
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and err[-1].startswith(f"error: the new papers in {other} were embedded with ")
+    assert f"embed the new papers with the map's: jobs/embed.py --run {other} --model {run / 'model'}" in err[-1]
