@@ -384,11 +384,29 @@ def knn_section(s: dict) -> list[str]:
     return lines
 
 
+FEATURE_NAMES = {"I": "introduction", "M": "methods", "R": "results", "D": "discussion", "S": "self-citation"}
+
+
+def table3_note(s: dict, shown: list[str]) -> str:
+    """Which feature set ran, and why each of the five features that is not in Table 3 is absent."""
+    meta = s.get("triplet_meta") or {}
+    name = meta.get("feature_set") or (s.get("config") or {}).get("feature_set") or "default"
+    absent = [f for f in FEATURE_NAMES if f not in shown]
+    why = {"default": "the seed paper's set leaves M out (`[importance] feature_set = all` adds it)"}.get(
+        name, f"not in `[importance] feature_set = {name}`")
+    note = f"Feature set `{name}`: {', '.join(shown)}"
+    if absent:
+        note += "; absent: " + ", ".join(f"{f} ({FEATURE_NAMES[f]} mentions)" if f != "S" else "S (self-citation)"
+                                         for f in absent) + f": {why}"
+    return note + ". A feature that is the same for every pair gets weight 0 (METHODS.md §2)."
+
+
 def importance_section(s: dict) -> list[str]:
     lines: list[str] = []
     table = next((v for v in s.values() if isinstance(v, list) and v and isinstance(v[0], dict) and "feature" in v[0]), None)
     if table:
         cols = [c for c in ("feature", "mean", "std", "entropy", "weight") if c in table[0]]
+        lines += [table3_note(s, [row.get("feature") for row in table]), ""]
         lines += ["Entropy weights (seed paper Table 3):", ""]
         lines += _table(cols, [[row.get(c) for c in cols] for row in table]) + [""]
     res = s.get("resolution_rate_per_source")
@@ -435,7 +453,14 @@ def train_section(path: Path) -> tuple[list[str], dict]:
     if losses:
         info.update(first_loss=losses[0]["loss"], last_loss=losses[-1]["loss"],
                     first_step=losses[0].get("step"), last_step=losses[-1].get("step"))
-    lines = [f"- {k}: {_fmt(v)}" for k, v in info.items()]
+    lines = []
+    if losses:
+        lines += _table(["", "step", "training loss"], [["first logged", info["first_step"], info["first_loss"]],
+                                                       ["last logged", info["last_step"], info["last_loss"]]])
+        lines += [""]
+    curve = RunLayout(path.parent).train_curve_png
+    if curve.is_file():
+        lines += [f"![training loss by step]({curve.name})", ""]
     end = next((r for r in reversed(rows) if r.get("kind") == "end"), None)
     if end:   # the trainer's last line: the step plan and what the steps read
         info["steps_read"] = end
@@ -456,6 +481,7 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
     clusters = dataset(layout.table("clusters"), "run the cluster stage first")
     papers = dataset(layout.table("papers"), "run the ingest stage first")
     vector_ids = open_vectors(layout).ids_arrow()
+    n_vectors = len(vector_ids)
     metrics: dict = {"title": cfg.title}
     lines = [f"# {cfg.title}", "", f"Run directory: `{layout.root}`", ""]
 
@@ -526,6 +552,10 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
                           "total_s": round(time.perf_counter() - t0, 3),
                           "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),
                           "rss_end_mb": round(current_rss_mb())}
+    from mapping.report_summary import summary_section
+
+    head = 4   # title, blank, run directory, blank: the summary opens the report
+    lines[head:head] = summary_section(layout, metrics, n_vectors)
     write_text_atomic(layout.report_md, "\n".join(lines) + "\n")
     write_text_atomic(layout.metrics_json, json.dumps(_clean(metrics), indent=2, default=_json_default, allow_nan=False))
     summary = {"evaluated": mesh["evaluated"], "report": str(layout.report_md),

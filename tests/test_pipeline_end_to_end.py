@@ -97,6 +97,23 @@ def test_counts_add_up_and_the_report_states_them(finished_run):
     rows = [line for line in report.splitlines() if line.startswith("| 0.0")]
     assert [float(r.split("|")[1]) for r in rows] == RESOLUTIONS     # one row per resolution
     assert "| elife | train+map | 30 |" in report and "| pubmed | train+map | 200 |" in report
+    # the summary opens the report, with this run's own figures
+    head = report.split("## Summary\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert report.index("## Summary") < report.index("## Input")
+    corpus, encoder, map_, *criteria = head
+    records = int((papers.source_file.notna()).sum())
+    nodes = pq.read_table(run / "vectors" / "ids.parquet").num_rows if (run / "vectors" / "ids.parquet").exists() else None
+    assert corpus.startswith(f"- **Corpus:** {records:,} papers with a record of their own (elife 30, pubmed 200, "
+                             "scisummnet 40;")
+    assert nodes is None or f"hold {nodes:,} papers" in corpus
+    manifest = json.loads((run / "embeddings" / "manifest.json").read_text())
+    assert encoder.startswith(f"- **Encoder:** this run's fine-tuned model (weights hash {manifest['model_hash'][:12]}), "
+                              f"{manifest['pooling']} pooling over at most 32 tokens")
+    assert encoder.endswith("with the triplet objective for 2 steps.")
+    assert map_.startswith("- **Map:** Leiden CPM at resolution 0.001: ")   # the middle one of two: the first
+    assert criteria and all(c.startswith("- **") for c in criteria)
+    assert "Feature set `default`: I, R, D, S; absent: M (methods mentions)" in report
+    assert "| first logged |" not in report or "| last logged |" in report
 
 
 def test_a_second_start_skips_finished_stages(finished_run, run_job):
