@@ -13,6 +13,7 @@ RUN    ?= runs/demo
 
 demo: $(STAMP)
 	$(PY) jobs/pipeline.py --config configs/demo.toml --run $(RUN)
+	$(PY) notebooks/execute.py --run $(RUN)
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q tests

@@ -190,27 +190,29 @@ def test_the_lookup_table_flags_agree_with_the_references(finished_run, run_job)
     assert f"to {len({c for c in cited if c in on_map}):,} papers of the run" in lines[2]
 
 
-def test_the_explore_notebook_runs_on_the_finished_run(finished_run, repo_root, monkeypatch):
-    """notebooks/explore_run.ipynb executed in a real kernel (nbclient) on this run: every cell runs,
-    the four map PNGs are shown, Table 6 is rendered, the look-up and the placement print their
-    tables."""
+def test_the_explore_notebook_runs_on_the_finished_run(finished_run, run_job):
+    """notebooks/execute.py (make demo's last step) runs notebooks/explore_run.ipynb in a real kernel
+    on this run and keeps it there with its outputs and an HTML export: every cell runs, the four
+    map PNGs and the placed map are shown, Table 6 is rendered, the look-up prints its table and the
+    placement places the shipped new papers by the README's recipe."""
     import nbformat
-    from nbclient import NotebookClient
 
     run, _, _ = finished_run
-    monkeypatch.setenv("SCIENCEMAP_RUN", str(run))
-    monkeypatch.setenv("SCIENCEMAP_REPO", str(repo_root))
-    nb = nbformat.read(repo_root / "notebooks" / "explore_run.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(repo_root / "notebooks")}}).execute()
+    p = run_job(["notebooks/execute.py", "--run", str(run)], timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == [str(run / "explore_run.ipynb"), str(run / "explore_run.html")]
+    nb = nbformat.read(run / "explore_run.ipynb", as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 5
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
                      + str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert "direct citation" in text and "random" in text          # Table 6's columns
-    assert "'placed': " in text and (run / "placed").exists()
-    assert pq.read_table(run / "placed").num_rows == 10
+    assert "'placed': " in text and (run / "placed_maps" / "map.png").exists()
+    placed = pq.read_table(run / "placed").to_pandas()
+    assert placed.reason.isna().sum() >= 7                          # the shipped papers, on the map
+    html = (run / "explore_run.html").read_text()
+    assert html.count("data:image/png;base64,") >= 5 and "<table" in html
 
 
 def test_the_report_compares_methods_on_the_pubmed_records(finished_run):
