@@ -329,7 +329,7 @@ def _legend_label(name: str, count: int, width: int = 38) -> str:
 
 def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: bytes, x_range, y_range, cfg,
                fields: pd.DataFrame | None = None, *, title_chars: int | None = None,
-               table_rows: int | None = None, webgl: bool = True) -> str:
+               table_rows: int | None = None, webgl: bool = True, placed: pd.DataFrame | None = None) -> str:
     """Self-contained map.html: the background image, the topics as WebGL points with hover, the
     overlay selector (main field / mean year / DIV), a title and term search, labels for the
     `cfg.labels_on_map` largest topics, the topic table and, when `fields` (a DataFrame with
@@ -338,12 +338,14 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     `cfg` is the render stage's RenderConfig (title, html_width, html_height, labels_on_map;
     html_title_chars and html_table_rows when it has them). title_chars: example titles are cut to
     this many characters (default TITLE_CHARS). table_rows: the table lists the largest
-    table_rows topics (0 = all, the default; BokehJS's table draws only the visible rows)."""
+    table_rows topics (0 = all, the default; BokehJS's table draws only the visible rows).
+    `placed` (x, y, paper_id, title, topic: papers placed on the map by mapping.place): a layer of
+    black rings with their own hover, switched on and off by a checkbox above the map."""
     from bokeh.document import Document
     from bokeh.embed import file_html
     from bokeh.events import DocumentReady
     from bokeh.layouts import column, row
-    from bokeh.models import (ColorBar, ColumnDataSource, CustomJS, DataTable, Div, HoverTool,
+    from bokeh.models import (CheckboxGroup, ColorBar, ColumnDataSource, CustomJS, DataTable, Div, HoverTool,
                               LabelSet, Legend, LegendItem, LinearColorMapper, NumberFormatter, Scatter, Select,
                               TableColumn, TextInput)
     from bokeh.palettes import Plasma256, Viridis256
@@ -393,6 +395,20 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     p.add_tools(HoverTool(renderers=[topics_r], name="hover", tooltips=[
         ("topic", "@label"), ("papers", "@size{0,0}"), ("main field", "@main_field"), ("mean year", "@year_s"),
         ("interdisciplinarity (DIV)", "@div_s")] + [("example", f"@ex{j}") for j in range(k)]))
+
+    controls = []
+    if placed is not None and len(placed):
+        psrc = ColumnDataSource({"x": placed["x"].astype(float).tolist(), "y": placed["y"].astype(float).tolist(),
+                                 "paper_id": [clean_text(v) for v in placed["paper_id"]],
+                                 "title": [shorten(clean_text(v), title_chars) for v in placed["title"].fillna("")],
+                                 "topic": [clean_text(v) for v in placed["topic"].fillna("")]}, name="placed")
+        placed_r = p.scatter(x="x", y="y", source=psrc, size=9, marker="circle", fill_color="#000000",
+                             fill_alpha=0.35, line_color="#000000", line_width=1.5, name="placed_points")
+        p.add_tools(HoverTool(renderers=[placed_r], name="placed_hover", tooltips=[
+            ("placed paper", "@paper_id"), ("title", "@title"), ("topic", "@topic")]))
+        toggle = CheckboxGroup(labels=[f"placed papers ({len(placed):,})"], active=[0], name="placed_toggle")
+        toggle.js_on_change("active", CustomJS(args={"r": placed_r}, code="r.visible = cb_obj.active.includes(0);"))
+        controls.append(toggle)
 
     lab_src = ColumnDataSource({"x": [], "y": [], "label": []}, name="map_labels")
     p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size="9pt",
@@ -457,7 +473,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
                                TableColumn(field="div", title="interdisciplinarity (DIV)", width=110,
                                            formatter=NumberFormatter(format="0.000", **nf))])
     doc = Document()
-    doc.add_root(column(row(overlay, search, info), p, table))
+    doc.add_root(column(row(overlay, search, info, *controls), p, table))
     doc.js_on_event(DocumentReady, CustomJS(args={
         "src": src, "labels": lab_src, "table_src": table_src, "info": info, "data_id": DATA_ELEMENT_ID,
         "n_labels": int(cfg.labels_on_map), "table_rows": int(table_rows), "marker": list(marker)}, code=_LOAD_JS))

@@ -21,9 +21,10 @@ run's model (`[embed] model = "<map run>/model"`), then:
    neighbour in a map topic) and the map PNGs drawn again with the new papers under
    <map run>/placed_maps/: the map's papers exactly as the render stage drew them (its colours,
    area borders and labels), the placed papers on top as black dots, a colour no source or overlay
-   has, ringed (mapping.render.draw_pngs marks), "placed (new)" in map.png's legend. The map's own files, old papers, topics, their
-   positions and overlay values stay as they are: nothing of kNN, Leiden or UMAP is re-run.
-   map.html is not redrawn.
+   has, ringed (mapping.render.draw_pngs marks), "placed (new)" in map.png's legend; and map.html
+   with the placed papers as a layer (hover: id, title, topic; a checkbox switches it off). The
+   map's own files, old papers, topics, their positions and overlay values stay as they are:
+   nothing of kNN, Leiden or UMAP is re-run.
 
 `[place] papers = corpus` (the default) places the new run's papers with a record of their own;
 the title-only papers their reference lists name are in the new run too (they are embedded for
@@ -34,10 +35,12 @@ topic, position and two floats. 1M new papers on a 1M-paper map: bench/placement
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, fields as dc_fields
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,13 +49,13 @@ from sciencemap.contracts import EDGES_META_KEY
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError, rss_mb
-from sciencemap.storage import read_json_metadata, read_table, require_dir, write_table_atomic
+from sciencemap.storage import dataset, read_json_metadata, read_table, require_dir, write_table_atomic
 from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
 
 from mapping.io import cluster_labels, load_row_meta
 from mapping.knn import INDEXES, KnnConfig, make_plan, make_searcher, map_search_config, tune
 from mapping.layout import LocalLayout
-from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories
+from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories, write_html
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +232,10 @@ def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
                "median_vote_share": float(np.median(share[placed])) if placed.any() else None,
                "topics_receiving": int(len(np.unique(topic[placed]))), **search}
     if cfg.redraw and placed.any():
-        summary["pngs"] = redraw(layout, vec, state, xy[placed])
+        rows = np.flatnonzero(placed)
+        titles = paper_titles(new_layout, ids[rows])
+        summary.update(redraw(layout, vec, state, xy[placed], pd.DataFrame({
+            "paper_id": ids[rows], "title": titles, "cluster": state.clusters[topic[placed]]})))
     summary["peak_rss_mb"] = round(rss_mb())
     log.info("place: %s", summary)
     return summary
@@ -248,15 +254,24 @@ def with_record(layout: RunLayout, ids: pa.Array) -> np.ndarray:
 
 def _render_config(extra: dict) -> RenderConfig:
     """The render stage's settings of this map (saved with its layout), for PNGs like its own."""
-    import json
-
     saved = json.loads(str(extra["render_config"])) if "render_config" in extra else {}
     known = {f.name for f in dc_fields(RenderConfig)}
     return RenderConfig(**{k: v for k, v in saved.items() if k in known})
 
 
-def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray) -> dict:
-    """The map PNGs again, old papers at their saved positions plus the placed ones on top."""
+def paper_titles(layout: RunLayout, ids: np.ndarray) -> list:
+    """The titles of `ids` from a run's papers table (None where it has none or no table)."""
+    if not layout.table("papers").exists() or "title" not in dataset(layout.table("papers")).schema.names:
+        return [None] * len(ids)
+    t = read_table(layout.table("papers"), columns=["paper_id", "title"])
+    t = t.filter(pc.is_in(t.column("paper_id"), value_set=pa.array(ids, pa.string())))
+    title_of = dict(zip(t.column("paper_id").to_pylist(), t.column("title").to_pylist()))
+    return [title_of.get(p) for p in ids]
+
+
+def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_papers: pd.DataFrame) -> dict:
+    """The map PNGs and map.html again under placed_maps/: the old papers at their saved positions,
+    the placed ones on top (`new_papers`: paper_id, title, cluster, in the order of new_xy)."""
     if not layout.map_positions.is_file():
         raise UserError(f"{layout.map_positions} is missing; re-run the render stage on {layout.root}")
     pxy = np.load(layout.map_positions, mmap_mode="r")
@@ -273,9 +288,15 @@ def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray) -> dict:
     out = RunLayout(layout.placed_dir)
     out.root.mkdir(parents=True, exist_ok=True)
     # the map's papers exactly as the render stage drew them; the placed ones on top (draw_pngs marks)
-    _, files, _, _ = draw_pngs(out, np.asarray(pxy[shown], np.float32), codes[shown], names,
-                               state.topic_of_row[shown], t, cfg, state.resolution, under=CITED_ONLY, areas=areas,
-                               topic_area=None if topic_area is None else np.asarray(topic_area),
-                               marks=np.asarray(new_xy, np.float32), marks_label=PLACED)
-    return files
+    map_xy = np.asarray(pxy[shown], np.float32)
+    base, files, _, _ = draw_pngs(out, map_xy, codes[shown], names, state.topic_of_row[shown], t, cfg,
+                                  state.resolution, under=CITED_ONLY, areas=areas,
+                                  topic_area=None if topic_area is None else np.asarray(topic_area),
+                                  marks=np.asarray(new_xy, np.float32), marks_label=PLACED)
+    # map.html with the placed papers as a layer; the topics' example titles as render saved them
+    examples = json.loads(str(state.extra["examples"])) if "examples" in state.extra else [[] for _ in range(len(t))]
+    label = t.set_index("cluster")["label"]
+    layer = new_papers.assign(x=new_xy[:, 0], y=new_xy[:, 1], topic=new_papers["cluster"].map(label))
+    write_html(out, base, map_xy, t, examples, cfg, areas, placed=layer)
+    return {"pngs": files, "html": str(out.map_html)}
 

@@ -279,16 +279,17 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         if areas is not None:
             write_table_atomic(pa.Table.from_pandas(areas, preserve_index=False), layout.table("areas"),
                                SCHEMAS["areas"])
-        lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
-                 topic_vecs=tv.astype(np.float32), render_config=np.str_(json.dumps(asdict(cfg))),
-                 topic_area=topic_area)
-
     with steps("examples"):
         with Progress("render: example titles", n, "rows") as prog:
             central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog)
         wanted = [meta.paper_of_row[central[d]] for d in range(T)]
         titles = read_titles(meta.papers_files, np.concatenate(wanted) if wanted else np.zeros(0, np.int64))
         examples = [[titles[i] for i in w.tolist()] for w in wanted]
+
+    with steps("layout file"):   # what placement needs to draw the map again, map.html included
+        lay.save(layout.map_layout, cluster=present.astype(np.int32), resolution=np.float64(map_res),
+                 topic_vecs=tv.astype(np.float32), render_config=np.str_(json.dumps(asdict(cfg))),
+                 topic_area=topic_area, examples=np.str_(json.dumps(examples)))
 
     with steps("render"):
         codes, names = map_categories(meta.source, meta.sources, meta.cited_only)
@@ -449,6 +450,20 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     return base, files, counts, field_summary
 
 
+def write_html(layout: RunLayout, base, pxy: np.ndarray, map_topics: pd.DataFrame, examples: list[list[str]],
+               cfg: RenderConfig, areas: pd.DataFrame | None, placed: pd.DataFrame | None = None) -> str:
+    """map.html over the base map's bare datashader image on white (extent = the plot ranges);
+    `placed`: the placed papers' layer (mapping.place)."""
+    from PIL import Image
+
+    bg = Image.new("RGB", base.size, "white")
+    bg.paste(base, (0, 0), base)
+    xr, yr = bounds(pxy[:, 0], pxy[:, 1])
+    html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas, placed=placed)
+    write_text_atomic(layout.map_html, html)
+    return html
+
+
 def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
                  map_topics: pd.DataFrame, examples: list[list[str]], cfg: RenderConfig, map_res: float,
                  areas: pd.DataFrame | None = None, topic_area: np.ndarray | None = None) -> dict:
@@ -456,13 +471,6 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
     their source categories (codes into `names`) and topics (rows of `map_topics`)."""
     base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res,
                                                    areas=areas, topic_area=topic_area)
-    # The HTML background is the bare datashader image of the base map on white (extent = the plot ranges).
-    from PIL import Image
-
-    bg = Image.new("RGB", base.size, "white")
-    bg.paste(base, (0, 0), base)
-    xr, yr = bounds(pxy[:, 0], pxy[:, 1])
-    html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas)
-    write_text_atomic(layout.map_html, html)
+    html = write_html(layout, base, pxy, map_topics, examples, cfg, areas)
     return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),
             "sources": counts, "fields": field_summary}

@@ -80,7 +80,10 @@ def test_new_papers_land_in_the_topic_of_their_cluster_without_moving_the_map(tm
         path = layout.table("topics") / "part-00000.parquet" if name == "topics" else layout.map_positions
         assert path.read_bytes() == data
     assert {f: f.read_bytes() for f in own} == own
-    assert sorted(p.name for p in layout.placed_dir.iterdir()) == sorted(f.name for f in own if f.suffix == ".png")
+    assert sorted(p.name for p in layout.placed_dir.iterdir()) == sorted(f.name for f in own)
+    html = (layout.placed_dir / "map.html").read_text()
+    assert '"placed_points"' in html and "placed papers (60)" in html and "new:0" in html
+    assert "placed_points" not in layout.map_html.read_text()
 
     for name in ("map.png", "map_field.png", "map_year.png"):
         # below the title, left of the legend: the map's own pixels, except the placed papers' black

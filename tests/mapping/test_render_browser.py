@@ -202,3 +202,28 @@ def test_pipeline_map_html_in_browser(tmp_path, browser, make_run):
     assert r["probes"]["n"] == len(t)                     # one resolution clustered: all topics are on the map
     for label in t.sort_values("size", ascending=False)["label"].head(5):
         assert label in r["text"]
+
+
+def test_placed_papers_layer_shows_hovers_and_switches_off(tmp_path, browser):
+    """place's map.html: the placed papers as a layer with their own hover (titles as text), the
+    checkbox hides and shows it, no errors."""
+    topics = pd.DataFrame({"cluster": np.arange(3), "size": [40, 30, 20], "label": ["a, b", "c, d", "e, f"],
+                           "x": [0.0, 1, 0], "y": [0.0, 0, 1], "main_field": ["Bio", "Bio", "CS"],
+                           "mean_year": [2001.0, 2005, 2010], "interdisciplinarity": [0.1, 0.2, 0.3]})
+    placed = pd.DataFrame({"x": [0.1, 0.9], "y": [0.1, 0.1], "paper_id": ["doi:10.1/new1", "doi:10.1/new2"],
+                           "title": [EVIL, "a new paper"], "topic": ["a, b", "c, d"]})
+    html = build_html(topics, [["x"], ["y"], ["z"]], _png(), (-0.5, 1.5), (-0.5, 1.5), RenderConfig(), placed=placed)
+    assert EVIL not in html
+    page = tmp_path / "placed.html"
+    page.write_text(html)
+    state = ("JSON.stringify([__model('placed_points').visible, __model('placed_toggle').labels, "
+             "__model('placed').data.title])")
+    r = browser.open_page(page, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30, probes={
+        "helpers": HELPERS, "on": state,      # (BokehJS runs a CustomJS callback asynchronously: set, then read)
+        "switch_off": "(__model('placed_toggle').active = [], true)", "off": state,
+        "switch_on": "(__model('placed_toggle').active = [0], true)", "back": state})
+    assert r["ready"] and r["errors"] == [], r["errors"]
+    on, off, back = (json.loads(r["probes"][k]) for k in ("on", "off", "back"))
+    assert on == [True, ["placed papers (2)"], [EVIL, "a new paper"]]
+    assert off[0] is False and back[0] is True
+    assert r["pwned"] is None and "placed papers (2)" in r["text"]
