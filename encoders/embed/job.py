@@ -147,8 +147,9 @@ def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
     if cfg.model:
         return cfg.model
     if not layout.model_dir.is_dir():
-        raise UserError(f"no trained model at {layout.model_dir}; run jobs/train.py first or pass "
-                        "--model minilm (the untuned encoder) or --model PATH")
+        raise UserError(f"no trained model at {layout.model_dir}; to place these papers on a finished map, "
+                        "embed them with that map's model (--model <map run>/model); else run jobs/train.py "
+                        "first, or pass --model minilm (the untuned encoder) or --model PATH")
     return str(layout.model_dir)
 
 
