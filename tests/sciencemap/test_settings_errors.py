@@ -11,7 +11,7 @@ CASES = {
     "wrong type": ('[knn]\nk = "thirty"\n', "[knn]: k = 'thirty' is not an integer, which KnnConfig.k must be"),
     "not a choice": ('[knn]\nindex = "hnsw"\n', "[knn]: index = 'hnsw' is not allowed; did you mean 'hnsw_sq8'? "
                                                 "the values are ['auto', 'flat', "),
-    "outside a section": ("k = 5\n[knn]\n", "k = 5 is outside any [section]; settings go under their stage's section"),
+    "outside a section": ("k = 5\n[knn]\n", "k = 5 is outside any [section]; settings go under their stage's [section]"),
 }
 
 
