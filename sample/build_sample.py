@@ -43,28 +43,6 @@ def greedy_pick(nodes, edges, n):
     return picked, links
 
 
-def pick_elife(tar_path, n, out):
-    docs = {}
-    with tarfile.open(tar_path) as tar:
-        for m in tar:
-            if not m.name.endswith(".xml"):
-                continue
-            data = tar.extractfile(m).read()
-            root = etree.fromstring(data)
-            if root.get("article-type") != "research-article":
-                continue
-            doi = root.findtext(".//article-meta/article-id[@pub-id-type='doi']")
-            refs = [d.strip().lower() for d in root.xpath("//ref-list/ref//pub-id[@pub-id-type='doi']/text()")]
-            docs[doi.lower()] = (Path(m.name).name, data, refs)
-    edges = [(d, r) for d, (_, _, refs) in docs.items() for r in refs if r in docs]
-    picked, links = greedy_pick(list(docs), edges, n)
-    out.mkdir(parents=True, exist_ok=True)
-    for d in picked:
-        name, data, _ = docs[d]
-        (out / (name + ".gz")).write_bytes(gzip.compress(data, 9, mtime=0))
-    print(f"eLife: {len(picked)} of {len(docs)} research articles, {links} in-sample citation links")
-
-
 def elife_docs(tar_path) -> dict:
     """doi -> (file name, bytes, reference DOIs) of every eLife research article in the tarball."""
     docs = {}
@@ -82,11 +60,20 @@ def elife_docs(tar_path) -> dict:
     return docs
 
 
-def pick_new_papers(tar_path, n, sample_dir, out):
+def pick_elife(docs: dict, n, out):
+    edges = [(d, r) for d, (_, _, refs) in docs.items() for r in refs if r in docs]
+    picked, links = greedy_pick(list(docs), edges, n)
+    out.mkdir(parents=True, exist_ok=True)
+    for d in picked:
+        name, data, _ = docs[d]
+        (out / (name + ".gz")).write_bytes(gzip.compress(data, 9, mtime=0))
+    print(f"eLife: {len(picked)} of {len(docs)} research articles, {links} in-sample citation links")
+
+
+def pick_new_papers(docs: dict, n, sample_dir, out):
     """n eLife research articles that are not in the sample and cite the most sample articles (ties:
     the larger DOI, as greedy_pick): new papers for the placement recipe, which land near the map
     papers they cite."""
-    docs = elife_docs(tar_path)
     in_sample = {d for d, (name, _, _) in docs.items() if (sample_dir / (name + ".gz")).is_file()}
     if not in_sample:
         raise SystemExit(f"no sample articles found in {sample_dir}")
@@ -141,16 +128,16 @@ def main():
     ap.add_argument("--new-papers", type=int, default=8, help="eLife articles outside the sample (sample/new_papers)")
     ap.add_argument("--only-new-papers", action="store_true", help="rebuild sample/new_papers only")
     a = ap.parse_args()
-    tar = a.shared / "elife-articles" / "elife-articles-6c97171-xml.tar.gz"
+    docs = elife_docs(a.shared / "elife-articles" / "elife-articles-6c97171-xml.tar.gz")   # read once
     if a.only_new_papers:
-        pick_new_papers(tar, a.new_papers, HERE / "elife", HERE / "new_papers")
+        pick_new_papers(docs, a.new_papers, HERE / "elife", HERE / "new_papers")
         return
     for sub in ("elife", "scisummnet", "pubmed"):
         shutil.rmtree(HERE / sub, ignore_errors=True)
-    pick_elife(a.shared / "elife-articles" / "elife-articles-6c97171-xml.tar.gz", a.elife, HERE / "elife")
+    pick_elife(docs, a.elife, HERE / "elife")
     pick_scisummnet(a.shared / "cl-scisumm" / "scisummnet-2019.tar.gz", a.scisummnet, HERE / "scisummnet")
     copy_pubmed(a.shared / "pubmed-multilabel-mesh-sample", HERE / "pubmed")
-    pick_new_papers(tar, a.new_papers, HERE / "elife", HERE / "new_papers")
+    pick_new_papers(docs, a.new_papers, HERE / "elife", HERE / "new_papers")
 
 
 if __name__ == "__main__":
