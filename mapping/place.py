@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from sciencemap.config import setting
 from sciencemap.contracts import EDGES_META_KEY
@@ -261,10 +262,11 @@ def _render_config(extra: dict) -> RenderConfig:
 
 def paper_titles(layout: RunLayout, ids: np.ndarray) -> list:
     """The titles of `ids` from a run's papers table (None where it has none or no table)."""
-    if not layout.table("papers").exists() or "title" not in dataset(layout.table("papers")).schema.names:
+    papers = dataset(layout.table("papers")) if layout.table("papers").exists() else None
+    if papers is None or "title" not in papers.schema.names:
         return [None] * len(ids)
-    t = read_table(layout.table("papers"), columns=["paper_id", "title"])
-    t = t.filter(pc.is_in(t.column("paper_id"), value_set=pa.array(ids, pa.string())))
+    # only the placed papers' rows leave the Parquet reader
+    t = papers.to_table(columns=["paper_id", "title"], filter=ds.field("paper_id").isin(pa.array(ids, pa.string())))
     title_of = dict(zip(t.column("paper_id").to_pylist(), t.column("title").to_pylist()))
     return [title_of.get(p) for p in ids]
 
