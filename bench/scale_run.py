@@ -5,6 +5,7 @@ the projected run at 33M papers on one node (16 cores, 128 GB, 1 H100).
     nice -n 5 .venv/bin/python bench/scale_run.py --sizes 250000 500000 1000000 2000000
     .venv/bin/python bench/scale_run.py --sizes 5000 10000 --no-fail     # a look at the machinery
     .venv/bin/python bench/scale_run.py --sizes 2000000 --sizes-from earlier.json   # add a size to earlier ones
+    .venv/bin/python bench/scale_run.py --sizes 2000000 --json r.json --resume  # go on after an interruption
 
 Per size, in its own run directory under --root (inputs cached between calls):
 1. inputs: bench/synthetic.py write_input_corpus, S2ORC JSON Lines with references (lognormal
@@ -23,7 +24,10 @@ Every stage is its own child process; its peak memory is the peak of the summed 
 every process under it (sampled from /proc every 0.5 s: the Spark JVM and Python workers of
 ingest and importance included), at least os.wait4's ru_maxrss; its CPU time theirs in all.
 The load average is printed before and after each stage: figures from a loaded machine are not
-the stage's.
+the stage's. --json is rewritten after every stage (marked "complete": false until the end), so an
+interrupted run keeps what it measured; --resume reads it back and, for a size whose inputs and
+settings are unchanged, keeps its run directory and runs only the stages not yet measured (each
+row names the commit it was measured at).
 
 Projection to --project-papers (33M) on the node: per stage, time = a + b n^e fitted over the
 sizes (a: the fixed cost, start-up and imports; e: the stage's model, 1 for linear stages, 1.05
@@ -186,7 +190,8 @@ def stage_line(n: int, stage: str, r: dict) -> str:
             f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}")
 
 
-def one_size(n: int, args, log: Path) -> dict:
+def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
+    """Run the stages of one size; earlier: this size's partial entry to go on from (--resume)."""
     root = args.root / f"n{n}"
     inputs, run = root / "inputs", root / "run"
     stamp = inputs / "generated.json"
@@ -199,20 +204,35 @@ def one_size(n: int, args, log: Path) -> dict:
         info = json.loads(log.read_text().strip().splitlines()[-1])
         stamp.write_text(json.dumps({"args": want, "corpus": info, "seconds": r["seconds"]}))
     corpus = json.loads(stamp.read_text())["corpus"]
-    subprocess.run(["rm", "-rf", str(run)], check=True)
-    run.mkdir(parents=True)
     cfg = root / "scale.toml"
-    cfg.write_text(config_text(inputs, args))
+    settings = config_text(inputs, args)
     rows = {}
+    if earlier is not None:
+        if earlier.get("corpus") != corpus or earlier.get("settings") != settings or not run.is_dir():
+            sys.exit(f"--resume: {n:,} papers were measured with other inputs or settings, or {run} is gone; "
+                     f"run this size again without --resume")
+        rows = dict(earlier["stages"])
+    else:
+        subprocess.run(["rm", "-rf", str(run)], check=True)
+        run.mkdir(parents=True)
+    cfg.write_text(settings)
+    entry = {"papers": n, "corpus": corpus, "settings": settings, "nodes": None, "stages": rows}
     for stage in CPU_STAGES:
+        if stage in rows:
+            print(stage_line(n, stage, rows[stage]) + f"  (measured earlier, at {rows[stage].get('commit', '?')})",
+                  flush=True)
+            continue
         if stage == "knn":  # the embed stage's stand-in: generated vectors for every paper
             child(synthetic("write_input_vectors", repr(str(run)), str(n), f"seed={args.seed}",
                             f"dim={args.dim}"), log)
         rows[stage] = child([sys.executable, f"jobs/{stage}.py", "--run", str(run), "--config", str(cfg)], log)
+        rows[stage]["commit"] = commit()
         print(stage_line(n, stage, rows[stage]), flush=True)
+        save(entry)
     summary = json.loads((run / "ingest_summary.json").read_text())
-    nodes = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0) for d in summary["per_source"].values())
-    return {"papers": n, "corpus": corpus, "nodes": nodes, "stages": rows}
+    entry["nodes"] = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0)
+                         for d in summary["per_source"].values())
+    return entry
 
 
 def fit(sizes: list[int], values: list[float], exponent: float, bounded: bool = False) -> tuple[float, float]:
@@ -276,6 +296,8 @@ def main() -> int:
                     "([train] max_hours)")
     ap.add_argument("--gpu-json", type=Path, help="bench/gpu_throughput.py --json output (else its 2026-11-26 H100 figures)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--resume", action="store_true", help="go on from --json, written after every stage: a size "
+                    "found there keeps its run directory and its measured stages, the rest run")
     ap.add_argument("--sizes-from", type=Path, help="the sizes measured by an earlier run (its --json), used "
                     "beside those run now (a size in both: this run's); --sizes with none: only project them. "
                     "Only figures of the same code belong together: the file's commit is printed")
@@ -288,14 +310,27 @@ def main() -> int:
     args = ap.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     log = args.root / "scale_run.log"
-    log.write_text("")
+    if not args.resume:
+        log.write_text("")
     here = os.cpu_count() or 1
     print(f"sizes {args.sizes}, full text {args.fulltext_share:.0%}, {here} cores here; load {os.getloadavg()}; "
           f"log {log}", flush=True)
-    results = [one_size(n, args, log) for n in sorted(args.sizes)]
+    if args.resume and not args.json:
+        sys.exit("--resume goes on from the file --json names: give --json")
+    partial = {}
+    if args.resume and args.json.is_file():
+        partial = {r["papers"]: r for r in json.loads(args.json.read_text())["sizes"]}
+    results = []
+
+    def save(entry: dict) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"sizes": results + [entry], "complete": False}, indent=2))
+
+    for n in sorted(args.sizes):
+        results.append(one_size(n, args, log, partial.get(n), save))
     measured_at = commit()
     for r in results:
-        r["commit"] = measured_at
+        r["commit"] = ", ".join(sorted({f.get("commit", measured_at) for f in r["stages"].values()}))
     if args.sizes_from:
         earlier = json.loads(args.sizes_from.read_text())
         fresh = {r["papers"] for r in results}
@@ -371,7 +406,7 @@ def main() -> int:
     verdicts.at_most(f"projected largest stage peak, GB", peak_gb, args.target_projected_peak_gb, "{:.1f}")
     if args.json:
         args.json.write_text(json.dumps({"sizes": results, "projection": table, "total_hours": total,
-                                         "verdicts": verdicts.as_json()}, indent=2))
+                                         "verdicts": verdicts.as_json(), "complete": True}, indent=2))
     return verdicts.finish(args.no_fail)
 
 

@@ -288,3 +288,24 @@ def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo
     assert re.search(r"1,500 papers, measured at commit [0-9a-f]{7}", p.stdout), p.stdout[-2000:]
     assert [r["hours"] for r in again["projection"]] == [r["hours"] for r in first["projection"]]
     assert not (tmp_path / "again" / "n1500").exists()  # nothing was run
+    # an interrupted run goes on: the stages in the JSON are kept, the others run in the same run directory
+    partial = dict(first, complete=False)
+    partial["sizes"] = [dict(first["sizes"][0], stages={k: v for k, v in first["sizes"][0]["stages"].items()
+                                                        if k not in ("render", "evaluate")})]
+    figures.write_text(json.dumps(partial))
+    (tmp_path / "scale" / "n1500" / "run" / "map.png").unlink()
+    p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--target-hours", 0,
+              "--json", figures, "--resume")
+    assert p.returncode == 1, p.stderr[-3000:] + p.stdout[-3000:]
+    for stage in ("ingest", "importance", "knn", "cluster"):
+        assert re.search(rf"1,500 {stage} .*\(measured earlier, at [0-9a-f]{{7}}", p.stdout), stage
+    for stage in ("render", "evaluate"):
+        assert re.search(rf"1,500 {stage} +[0-9.]+ s +CPU .*load [0-9.]+ -> [0-9.]+$", p.stdout, re.M), stage
+    resumed = json.loads(figures.read_text())
+    assert resumed["complete"] and set(resumed["sizes"][0]["stages"]) == set(first["sizes"][0]["stages"])
+    assert resumed["sizes"][0]["stages"]["knn"] == first["sizes"][0]["stages"]["knn"]
+    assert (tmp_path / "scale" / "n1500" / "run" / "map.png").is_file()  # render ran again, in place
+    # other settings than those measured: refused, nothing run
+    p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--ef-search", 64,
+              "--json", figures, "--resume")
+    assert p.returncode != 0 and "measured with other inputs or settings" in p.stderr, p.stderr[-2000:]
