@@ -37,6 +37,10 @@ the parallelism measured here (CPU s / wall s = p of this machine's cores; Amdah
 s = (c/p - 1)/(c - 1) on c cores here) at --efficiency per added core.
 Memory: the same fit of each stage's peak with e = 1, at N.
 
+The cluster stage runs its Leiden resolutions in as many worker processes as fit in
+--stage-memory-gib (its [cluster] memory_gb, by default the peak target below): a stage that keeps
+to a budget on a shared machine, which the measured peak then checks.
+
 Targets (--target-…): every stage's peak at the largest size <= 12 GiB when that size is >= 2M;
 the projected total <= 4 h and every projected peak <= 100 GB. A verdict line each; exit 1 on a
 miss or an unchecked target (--no-fail: 0).
@@ -88,6 +92,7 @@ ef_search = {args.ef_search}
 [cluster]
 resolutions = [{res}]
 min_cluster_size = 5
+memory_gb = {args.stage_memory_gib if args.stage_memory_gib is not None else args.target_peak_gib}
 
 [render]
 map_resolution = 0.0
@@ -304,6 +309,8 @@ def main() -> int:
     ap.add_argument("--project-dim", type=int, default=768, help="vector dimensions of the projected run (SciBERT: "
                     "768); the knn stage's time and the b N part of its peak scale by project-dim / --dim")
     ap.add_argument("--target-peak-gib", type=float, default=12.0, help="each stage's peak at >= 2M papers, at most")
+    ap.add_argument("--stage-memory-gib", type=float, help="[cluster] memory_gb of the runs: the Leiden runs at "
+                    "once are those that fit in it (default --target-peak-gib; 0 = the machine's free memory)")
     ap.add_argument("--target-hours", type=float, default=4.0, help="the projected run, at most")
     ap.add_argument("--target-projected-peak-gb", type=float, default=100.0)
     Verdicts.add_arguments(ap)

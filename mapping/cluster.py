@@ -52,7 +52,8 @@ conversion of weights and membership (~7 ms an iteration on the demo). The cap:
 Resolutions in parallel (LeidenRuns): `workers` Leiden runs at a time (0 = one per core), each in
 a process forked after the graph and its igraph graph are built, so they share those pages
 copy-on-write and each holds only Leiden's own work (LEIDEN_BYTES_PER_EDGE an edge; fewer workers
-where the free memory is short). Every run seeds its own Leiden, so the partitions are the ones a
+where the free memory, or `memory_gb` less what the graph holds, is short: at 2M generated papers,
+3.6M nodes and 64M undirected edges, the graph held 4.5 GiB and each of two workers about 4.2 GiB more). Every run seeds its own Leiden, so the partitions are the ones a
 sequential sweep gives. The `target_topics` bisection probes the next levels of its tree at once
 and walks the path the results choose (the plain bisection's γ, in fewer rounds), and its best
 probe is kept as that resolution's partition (tests/mapping/test_cluster.py;
@@ -120,6 +121,9 @@ class ClusterConfig:
     workers: int = setting(0, "resolutions clustered at once, each in a forked process sharing the graph "
                            "(copy-on-write); 0 = one per core, fewer where memory is short; 1 = one after another. "
                            "The partitions are the same either way (each resolution seeds its own Leiden)")
+    memory_gb: float = setting(0.0, "GiB this stage's processes may hold together: the Leiden runs at once are "
+                               "as many as fit beside the graph at LEIDEN_BYTES_PER_EDGE an edge each; "
+                               "0 = the memory available when they start")
 
 
 @dataclass
@@ -372,19 +376,24 @@ def available_memory() -> int | None:
     return None
 
 
-def worker_count(cfg: ClusterConfig, jobs: int, m: int) -> tuple[int, str]:
+def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[int, str]:
     """How many Leiden runs go at once, and why: the setting (0 = cores), at most `jobs`, and as
-    many as the free memory holds at LEIDEN_BYTES_PER_EDGE an edge each."""
+    many as the memory holds at LEIDEN_BYTES_PER_EDGE an edge each beside the `held` bytes of this
+    process (the graph the workers share): `memory_gb` when set, else the available memory."""
     import os
 
     want = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
     n = max(1, min(want, jobs))
     why = f"{'setting' if cfg.workers > 0 else 'cores'} {want}, {jobs} Leiden runs to do"
-    free = available_memory()
-    if free is not None and n > 1:
-        fits = max(1, int(free // max(1, m * LEIDEN_BYTES_PER_EDGE)))
+    if cfg.memory_gb > 0:
+        room, whose = cfg.memory_gb * 2**30 - held, f"memory_gb {cfg.memory_gb:g} less {held / 2**30:.1f} GiB held"
+    else:
+        free = available_memory()
+        room, whose = free, None if free is None else f"{free / 2**30:.1f} GiB free"
+    if room is not None and n > 1:
+        fits = max(1, int(room // max(1, m * LEIDEN_BYTES_PER_EDGE)))
         if fits < n:
-            n, why = fits, why + f", memory for {fits} ({free / 2**30:.1f} GiB free)"
+            n, why = fits, why + f", memory for {fits} ({whose})"
     return n, why
 
 
@@ -578,7 +587,7 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
                      "graph_s": round(t_graph, 3), "graph_cpu_s": round(c_graph, 3)}
     # with a target, up to 2^d - 1 bisection probes run at once (resolution_for_target)
     jobs = max(len(resolutions), 2 ** MAX_SPECULATIVE_DEPTH - 1 if cfg.target_topics > 0 else 0)
-    workers, why = worker_count(cfg, jobs, graph.m)
+    workers, why = worker_count(cfg, jobs, graph.m, held=int(current_rss_mb() * 2**20))
     log.info("cluster: %d Leiden run(s) at once (%s)", workers, why)
     summary["workers"] = workers
     schema = SCHEMAS["clusters"]

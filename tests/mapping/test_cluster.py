@@ -386,3 +386,17 @@ def test_worker_count_follows_cores_resolutions_and_memory(monkeypatch):
     monkeypatch.setattr(mc, "available_memory", lambda: 1 * 2**30)
     n, why = mc.worker_count(ClusterConfig(workers=4), 5, 100_000_000)
     assert n == 1 and "memory" in why
+
+
+def test_memory_gb_bounds_the_workers_beside_what_the_graph_holds(monkeypatch):
+    """With memory_gb, the Leiden runs at once are those whose work fits beside the bytes the
+    graph already holds, whatever the machine has free."""
+    import mapping.cluster as mc
+
+    monkeypatch.setattr(mc, "available_memory", lambda: 512 * 2**30)
+    m, held = 64_000_000, int(4.5 * 2**30)   # the 2M scale run's graph: 64M edges, 4.5 GiB held
+    per = m * mc.LEIDEN_BYTES_PER_EDGE
+    n, why = mc.worker_count(ClusterConfig(workers=4, memory_gb=12), 5, m, held=held)
+    assert n == int((12 * 2**30 - held) // per) == 1 and "memory_gb 12 less 4.5 GiB held" in why
+    assert mc.worker_count(ClusterConfig(workers=4, memory_gb=24), 5, m, held=held)[0] == int((24 * 2**30 - held) // per) == 3
+    assert mc.worker_count(ClusterConfig(workers=4), 5, m, held=held)[0] == 4  # unset: the free memory holds them
