@@ -22,7 +22,9 @@ Per size, in its own run directory under --root (inputs cached between calls):
    recall tuning, not the search, the thing measured).
 Every stage is its own child process; its peak memory is the peak of the summed PSS of it and
 every process under it (sampled from /proc every 0.5 s: the Spark JVM and Python workers of
-ingest and importance included), at least os.wait4's ru_maxrss; its CPU time theirs in all.
+ingest and importance included), at least os.wait4's ru_maxrss, and beside it the same sum without
+file-backed pages ("anon": the page cache of files read through mmap, such as the vector store, is
+the kernel's to take back); its CPU time theirs in all.
 The load average is printed before and after each stage: figures from a loaded machine are not
 the stage's. --json is rewritten after every stage (marked "complete": false until the end), so an
 interrupted run keeps what it measured; --resume reads it back and, for a size whose inputs and
@@ -111,7 +113,7 @@ class TreeSampler:
     def __init__(self, root: int, every: float = 0.5):
         import threading
 
-        self.root, self.every, self.peak, self.cpu = root, every, 0, {}
+        self.root, self.every, self.peak, self.peak_anon, self.cpu = root, every, 0, 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -130,17 +132,25 @@ class TreeSampler:
         return out
 
     @staticmethod
-    def _pss(pid: int, rss: int) -> int:
-        """Proportional set size: pages shared with the other processes (forked Leiden workers, the
-        parent's copy-on-write pages) counted once in the sum; the RSS where it cannot be read."""
+    def _pss(pid: int, rss: int) -> tuple[int, int]:
+        """Proportional set size, all of it and without file-backed pages (Pss_Anon + Pss_Shmem):
+        pages shared with the other processes (forked Leiden workers, the parent's copy-on-write
+        pages) counted once in the sum. The file-backed part is mapped files' page cache (the
+        vector store read through mmap), which the kernel takes back under pressure. The RSS where
+        smaps_rollup cannot be read."""
+        pss = anon = None
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("Pss:"):
-                        return int(line.split()[1]) * 1024
+                    key, _, rest = line.partition(":")
+                    if key == "Pss":
+                        pss = int(rest.split()[0]) * 1024
+                    elif key in ("Pss_Anon", "Pss_Shmem"):
+                        anon = (anon or 0) + int(rest.split()[0]) * 1024
         except OSError:
             pass
-        return rss
+        pss = rss if pss is None else pss
+        return pss, pss if anon is None else anon
 
     def _run(self):
         while not self._stop.is_set():
@@ -149,16 +159,18 @@ class TreeSampler:
             while grew:
                 more = {p for p, (ppid, _, _) in stats.items() if ppid in tree} - tree
                 grew, tree = bool(more), tree | more
-            self.peak = max(self.peak, sum(self._pss(p, stats[p][2]) for p in tree if p in stats))
+            both = [self._pss(p, stats[p][2]) for p in tree if p in stats]
+            self.peak = max(self.peak, sum(b[0] for b in both))
+            self.peak_anon = max(self.peak_anon, sum(b[1] for b in both))
             for p in tree:
                 if p in stats:
                     self.cpu[p] = stats[p][1] / TICKS
             self._stop.wait(self.every)
 
-    def stop(self) -> tuple[int, float]:
+    def stop(self) -> tuple[int, int, float]:
         self._stop.set()
         self._thread.join()
-        return self.peak, sum(self.cpu.values())
+        return self.peak, self.peak_anon, sum(self.cpu.values())
 
 
 PAGE, TICKS = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
@@ -174,13 +186,14 @@ def child(cmd: list[str], log: Path) -> dict:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         sampler = TreeSampler(p.pid)
         _, status, usage = os.wait4(p.pid, 0)
-        peak, cpu = sampler.stop()
+        peak, peak_anon, cpu = sampler.stop()
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         sys.exit(f"{' '.join(cmd[:3])} failed (exit {rc}); see {log}")
     # wait4 has the exact figures of the child and what it waited for; the sampler sees the rest
     return {"seconds": time.perf_counter() - t0, "cpu_s": max(cpu, usage.ru_utime + usage.ru_stime),
-            "peak_rss_bytes": max(peak, usage.ru_maxrss * 1024), "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+            "peak_rss_bytes": max(peak, usage.ru_maxrss * 1024), "peak_anon_bytes": peak_anon,
+            "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
 def synthetic(*call: str) -> list[str]:
@@ -192,7 +205,9 @@ def synthetic(*call: str) -> list[str]:
 
 def stage_line(n: int, stage: str, r: dict) -> str:
     return (f"  {n:>10,} {stage:<11} {r['seconds']:>9.1f} s  CPU {r['cpu_s']:>9.1f} s  "
-            f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}")
+            f"peak {r['peak_rss_bytes'] / 2**30:6.2f} GiB"
+            + (f" (anon {r['peak_anon_bytes'] / 2**30:.2f})" if r.get("peak_anon_bytes") else "")
+            + f"  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}")
 
 
 def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
