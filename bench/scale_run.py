@@ -31,13 +31,16 @@ interrupted run keeps what it measured; --resume reads it back and, for a size w
 settings are unchanged, keeps its run directory and runs only the stages not yet measured (each
 row names the commit it was measured at).
 
-Projection to --project-papers (33M) on the node: per stage, time = a + b n^e fitted over the
-sizes (a: the fixed cost, start-up and imports; e: the stage's model, 1 for linear stages, 1.05
-for n log n ones, or the log-log slope seen between the two largest sizes where that is steeper
-by more than 0.15), the b n^e part at N divided by the node's speed-up over this machine, from
-the parallelism measured here (CPU s / wall s = p of this machine's cores; Amdahl's serial share
-s = (c/p - 1)/(c - 1) on c cores here) at --efficiency per added core.
-Memory: the same fit of each stage's peak with e = 1, at N.
+Projection to --project-papers (33M) on the node: per stage, the work (CPU seconds) = a + b n^e
+fitted over the sizes (a: the fixed cost, start-up and imports; e: the stage's model, 1 for
+linear stages, 1.05 for n log n ones, or the log-log slope seen between the two largest sizes
+where that is steeper by more than 0.15), at N divided by the parallelism seen at the largest size
+(p = CPU s / wall s there) and by the node's speed-up over this machine (Amdahl's serial share
+s = (c/p - 1)/(c - 1) on c cores here, --efficiency per added core). The work, not the wall time,
+is fitted: a loaded machine or another number of worker processes (the cluster stage's
+memory_gb) moves one size's wall time and not another's.
+Memory: the same fit of each stage's peak with e = 1, at N (without file-backed pages where every
+size has that figure).
 
 The cluster stage runs its Leiden resolutions in as many worker processes as fit in
 --stage-memory-gib (its [cluster] memory_gb, by default the peak target below): a stage that keeps
@@ -388,22 +391,29 @@ def main() -> int:
             table.append({"stage": stage, "hours": hours, "peak_gb": None, "basis": basis})
         else:
             sizes = [r["papers"] for r in results]
-            walls = [r["stages"][stage]["seconds"] for r in results]
+            # the growth is fitted on CPU seconds, the stage's work: the machine's load and the number
+            # of worker processes move the wall time of one size and not another, the work much less
+            works = [r["stages"][stage]["cpu_s"] for r in results]
             e, why = MODEL[stage]
-            measured = slope(sizes, walls)
+            measured = slope(sizes, works)
             if measured > e + 0.15:  # grows faster than its model between the largest sizes: take what was seen
                 e, why = measured, f"measured growth, above its model ({why})"
-            a, b = fit(sizes, walls, e)
+            a, b = fit(sizes, works, e)
             s = big["stages"][stage]
+            # wall here = work / the parallelism seen at the largest size; the node divides that by its speed-up
+            par = max(1.0, s["cpu_s"] / s["seconds"])
             speed, serial = node_speedup(s["cpu_s"], s["seconds"], here, args.efficiency)
             # kNN's distance computations and codes grow with the dimensions (the other stages' inputs do not)
             dims = args.project_dim / args.dim if stage == "knn" else 1.0
-            hours = (a + b * N ** e * dims / speed) / 3600
-            pa_, pb = fit(sizes, [r["stages"][stage]["peak_rss_bytes"] for r in results], 1.0, bounded=True)
+            hours = (a + b * N ** e * dims) / par / speed / 3600
+            anon = all(r["stages"][stage].get("peak_anon_bytes") for r in results)
+            key = "peak_anon_bytes" if anon else "peak_rss_bytes"
+            pa_, pb = fit(sizes, [r["stages"][stage][key] for r in results], 1.0, bounded=True)
             peak = (pa_ + pb * N * dims) / 1e9
-            basis = (f"{a:.0f} s + {b * big['papers'] ** e:.0f} s at {big['papers']:,} x (N/n)^{e:.2f}, "
+            basis = (f"({a:.0f} + {b * big['papers'] ** e:.0f} x (N/n)^{e:.2f}) CPU s at {big['papers']:,}, "
                      f"N = {N / 1e6:.0f}M" + (f" x {args.project_dim}/{args.dim} dimensions" if dims != 1 else "")
-                     + f"; / {speed:.1f} ({why}; slope seen {measured:.2f})")
+                     + f"; / {par:.2f} cores busy here / {speed:.1f} on the node ({why}; slope seen {measured:.2f}); "
+                     + ("peak without file-backed pages" if anon else "peak with file-backed pages (PSS)"))
             table.append({"stage": stage, "growth": e, "serial": serial, "speedup": speed, "hours": hours,
                           "peak_gb": peak, "basis": basis})
         row = table[-1]
