@@ -7,7 +7,10 @@ Parquet of paper_id + vector, or a run directory. Not a stage (it writes nothing
 Also `python -m jobs.benchmark` and `sciencemap benchmark`."""
 import sys
 
-from mapping.benchmarks import main
+from sciencemap.cli import unshadow_stage_packages
+
+unshadow_stage_packages()  # before the import: jobs/importance.py must not shadow the importance package
+from mapping.benchmarks import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

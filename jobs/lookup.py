@@ -6,7 +6,10 @@ Not a stage (it writes nothing into the run), so this door imports the command i
 Also `python -m jobs.lookup` and `sciencemap lookup`."""
 import sys
 
-from mapping.lookup import main
+from sciencemap.cli import unshadow_stage_packages
+
+unshadow_stage_packages()  # before the import: jobs/importance.py must not shadow the importance package
+from mapping.lookup import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

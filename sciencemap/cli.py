@@ -28,7 +28,7 @@ from sciencemap.storage import require_dir
 COMMAND_GROUP = "sciencemap.commands"
 
 
-def _unshadow_stage_packages() -> None:
+def unshadow_stage_packages() -> None:
     """Re-run this script with `python -P` when its folder shadows a stage package.
 
     Python puts a script's own folder first on the import path, so `python jobs/importance.py`
@@ -105,7 +105,7 @@ def _launch(name: str, nproc: int, argv: list[str]) -> int:
 
 def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None) -> int:
     """Exit code of one job (a UserError is one line on stderr and exit code 2)."""
-    _unshadow_stage_packages()
+    unshadow_stage_packages()
     log_to_stderr()
     try:
         return run_cli(lambda a: run_stage(name, a, prog), argv)
@@ -115,7 +115,7 @@ def stage_main(name: str, argv: list[str] | None = None, prog: str | None = None
 
 def command_main(main, argv: list[str] | None = None) -> int:
     """Exit code of a command that is not a stage: `main(argv)` parses its own options."""
-    _unshadow_stage_packages()
+    unshadow_stage_packages()
     log_to_stderr()
     return run_cli(main, argv)
 
@@ -128,7 +128,7 @@ def commands() -> dict[str, object]:
 def pipeline_main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from sciencemap.pipeline import PipelineOptions, run_pipeline
 
-    _unshadow_stage_packages()
+    unshadow_stage_packages()
     log_to_stderr()
 
     def main(a):
