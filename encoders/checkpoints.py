@@ -1,5 +1,9 @@
-"""Training checkpoints: `<run>/checkpoints/step-NNNNNNNN/` (state.pt + meta.json), each written
-whole or not at all (sciencemap.storage.atomic_dir).
+"""Training checkpoints: `<run>/checkpoints/step-NNNNNNNN/` (state.pt + state.json + meta.json),
+each written whole or not at all (sciencemap.storage.atomic_dir).
+
+state.pt holds only tensors in plain containers (model, optimizer, scheduler, torch's RNG states)
+and is read with `torch.load(weights_only=True)`, which runs no pickled code; what is not a tensor
+(the step, the seconds, NumPy's and Python's RNG states) is in state.json beside it.
 
 A checkpoint holds model, optimizer, scheduler, every rank's RNG states and the step, which fixes
 the data position (the order is a pure function of seed, epoch and rank: encoders.train_feed.shard_order).
@@ -18,7 +22,7 @@ import torch
 
 from sciencemap.storage import atomic_dir
 
-STATE, META = "state.pt", "meta.json"
+STATE, PLAIN, META = "state.pt", "state.json", "meta.json"
 
 
 def rng_state() -> dict:
@@ -39,7 +43,7 @@ def checkpoint_dirs(folder: Path) -> list[tuple[int, Path]]:
     """(step, path) of the complete checkpoints in `folder`, oldest first."""
     out = []
     for p in Path(folder).glob("step-*"):
-        if (p / STATE).is_file() and (p / META).is_file() and p.name[5:].isdigit():
+        if all((p / f).is_file() for f in (STATE, PLAIN, META)) and p.name[5:].isdigit():
             out.append((int(p.name[5:]), p))
     return sorted(out)
 
@@ -55,11 +59,31 @@ def find_checkpoint(folder: Path, fingerprint: str) -> Path | None:
     return None
 
 
+def _plain_rng(r: dict) -> dict:
+    kind, keys, pos, has_gauss, gauss = r["numpy"]
+    version, internal, gauss_next = r["python"]
+    return {"numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+            "python": [version, list(internal), gauss_next]}
+
+
+def _rng_from_plain(r: dict) -> dict:
+    kind, keys, pos, has_gauss, gauss = r["numpy"]
+    version, internal, gauss_next = r["python"]
+    return {"numpy": (kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss),
+            "python": (version, tuple(internal), gauss_next)}
+
+
 def save_checkpoint(folder: Path, step: int, state: dict, meta: dict, keep: int) -> Path:
-    """Write `folder`/step-N atomically; keep the newest `keep`."""
+    """Write `folder`/step-N atomically; keep the newest `keep`. `state`: step, seconds, rng (a
+    rng_state() per rank) and state dicts of tensors (model, optimizer, scheduler)."""
     dest = Path(folder) / f"step-{step:08d}"
+    tensors = {k: v for k, v in state.items() if k not in ("step", "seconds", "rng")}
+    tensors["rng"] = [{"torch": r["torch"], "cuda": r["cuda"]} for r in state["rng"]]
+    plain = {"step": int(state["step"]), "seconds": float(state["seconds"]),
+             "rng": [_plain_rng(r) for r in state["rng"]]}
     with atomic_dir(dest) as tmp:
-        torch.save(state, tmp / STATE)
+        torch.save(tensors, tmp / STATE)
+        (tmp / PLAIN).write_text(json.dumps(plain))
         (tmp / META).write_text(json.dumps(meta, indent=2, default=str))
     for _, old in checkpoint_dirs(folder)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -67,8 +91,13 @@ def save_checkpoint(folder: Path, step: int, state: dict, meta: dict, keep: int)
 
 
 def load_checkpoint(path: Path) -> dict:
+    """The state save_checkpoint wrote, as it was given."""
     # CPU first: RNG states must stay CPU tensors; load_state_dict copies weights to the device.
-    return torch.load(Path(path) / STATE, map_location="cpu", weights_only=False)
+    state = torch.load(Path(path) / STATE, map_location="cpu", weights_only=True)
+    plain = json.loads((Path(path) / PLAIN).read_text())
+    state["step"], state["seconds"] = plain["step"], plain["seconds"]
+    state["rng"] = [{**r, **_rng_from_plain(p)} for r, p in zip(state["rng"], plain["rng"])]
+    return state
 
 
 def remove_checkpoints(folder: Path) -> None:

@@ -22,10 +22,10 @@ Deterministic: examples in a fixed order, scikit-learn's lbfgs solver, no random
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import io
 import json
-import pickle
 import sys
 import tarfile
 import time
@@ -166,7 +166,7 @@ def labelled_sections(data_dir: Path) -> list[Section]:
 
 
 def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section]:
-    """labelled_sections, kept in a pickle keyed by the input files' sizes and times (re-runs of
+    """labelled_sections, kept as gzipped JSON keyed by the input files' sizes and times (re-runs of
     the bench and of training skip the 30 s of parsing)."""
     if cache is None:
         return labelled_sections(data_dir)
@@ -175,12 +175,17 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
              *(PACKAGE / f for f in ("sections.py", "readers/common.py", "readers/jats.py", "readers/scisummnet.py",
                                      "readers/s2orc.py"))]
     key = hashlib.sha1(json.dumps([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
-    path = cache / f"section_examples-{key[:16]}.pkl"
+    path = cache / f"section_examples-{key[:16]}.json.gz"
     if path.exists():
-        return pickle.loads(path.read_bytes())
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return [Section(**{**r, "neighbours": None if r["neighbours"] is None else tuple(r["neighbours"])})
+                    for r in json.load(f)]
     secs = labelled_sections(data_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(secs))
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        json.dump([asdict(x) for x in secs], f)
+    tmp.replace(path)  # whole or not at all
     return secs
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from encoders.checkpoints import load_checkpoint
 from encoders.config import TrainConfig
 from encoders.embed import EmbedConfig, run_embed
 from encoders.model import load_encoder, paper_text
@@ -303,7 +304,7 @@ def test_torchrun_two_processes_gloo(tmp_path, records, forty_run, repo_root):
     assert [r["step"] for r in log if r["kind"] == "train"] == [1, 2, 3]  # one writer
     assert [r["step"] for r in log if r["kind"] == "val"] == [0, 3]
     assert [c.name for c in layout.checkpoints_dir.iterdir()] == ["step-00000002"]
-    ck = torch.load(layout.checkpoints_dir / "step-00000002" / "state.pt", weights_only=False)
+    ck = load_checkpoint(layout.checkpoints_dir / "step-00000002")
     assert len(ck["rng"]) == 2 and ck["step"] == 2  # every rank's RNG state
     model = AutoModel.from_pretrained(layout.model_dir, local_files_only=True)
     assert model.config.hidden_size == 384
