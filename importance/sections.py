@@ -69,7 +69,7 @@ def normalise_heading(title: str | None) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
-# The words that make a heading say its IMRaD part outright (issue 17's "keyword" headings); the
+# The words that make a heading say its IMRaD part outright ("keyword" headings); the
 # other O words count too (an acknowledgements heading is informative). "Experiments", "Our
 # approach", "Evaluation" are not among them: such headings need the section's text.
 IMRAD_KEYWORDS = re.compile(

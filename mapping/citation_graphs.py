@@ -1,4 +1,4 @@
-"""Citation-based relatedness graphs on the evaluated ("focal") papers, for comparing methods (issue 16).
+"""Citation-based relatedness graphs on the evaluated ("focal") papers, for comparing methods.
 
 `read_citations(references, ids)` reads the references table once (citing_id and cited_id only, in
 Arrow batches) into integer codes (`Citations`); `citation_graphs(citations, focal_ids)` builds up

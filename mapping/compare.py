@@ -1,4 +1,4 @@
-"""Method comparison of the evaluate stage (issue 16, METHODS.md §6.2-6.4): relatedness graphs on
+"""Method comparison of the evaluate stage (METHODS.md §6.2-6.4): relatedness graphs on
 the same evaluated papers, accuracy–granularity curves, relative accuracy, Fig. 5 plot, Fig. 6 table.
 
 Per criterion the run offers (MeSH descriptors; subject areas of JATS journals such as eLife;

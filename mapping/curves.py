@@ -1,5 +1,5 @@
 """Accuracy–granularity curves (seed paper Fig. 5) and relative accuracy (Fig. 6) for relatedness
-graphs on the same evaluated papers (issue 16, METHODS.md §6.3).
+graphs on the same evaluated papers (METHODS.md §6.3).
 
 Each graph is clustered by Leiden (CPM, igraph) on its CWTS-normalised weights at a sweep of
 resolutions, with several seeds; no small-cluster merging (the curves compare the relatedness

@@ -20,8 +20,8 @@ Built from Arrow at 33M papers: `TermCollector` flattens list<MESH> chunks with 
 assignment only its paper position, a code of its (key, tree numbers) combination and the major
 flag (9 bytes); `descriptor_weights` counts f with one bincount and sums descendants over the
 distinct tree numbers (few); `mesh_vectors` builds the CSR in chunks of whole papers. No Python
-object per paper. `information_content` / `publication_vectors` keep the old list-of-dicts entry
-points (they convert to Arrow and give the same numbers, bit for bit).
+object per paper. `information_content` / `publication_vectors` also take lists of dicts (converted
+to Arrow; the same numbers, bit for bit).
 """
 from __future__ import annotations
 

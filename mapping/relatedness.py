@@ -1,4 +1,4 @@
-"""Relatedness graphs on one set of evaluated ("focal") papers, for comparing methods (issue 16).
+"""Relatedness graphs on one set of evaluated ("focal") papers, for comparing methods.
 
 Every method — an encoder's 20-NN, TF-IDF / BM25 20-NN, the citation relations, a random floor,
 the criterion's own relatedness, a hybrid — becomes a `RelGraph` on the same nodes: 0..n_focal-1

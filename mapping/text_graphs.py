@@ -1,4 +1,4 @@
-"""Text and vector k-NN relatedness graphs on the evaluated papers (issue 16, METHODS.md §6.2).
+"""Text and vector k-NN relatedness graphs on the evaluated papers (METHODS.md §6.2).
 
 - TF-IDF: scikit-learn's TfidfVectorizer over title + abstract (lower-cased, English stop words
   removed, smoothed idf, sublinear tf 1 + ln tf, unit rows); relatedness = cosine.

@@ -20,7 +20,7 @@ Scale (33M papers, 5 resolutions): the per-paper inputs are sparse matrices and 
 all titles (TitleWords, batch by batch) and every resolution only multiplies its membership matrix
 into it (topic × word = M @ P); fields are a paper × category matrix built from Arrow list offsets.
 Topic vectors are summed block by block from the memory-mapped vectors. What stays per topic is
-small and kept in float64 where the old results depended on it (the ranking of label words, the
+small and kept in float64 where float32 would change results (the ranking of label words, the
 topic means handed to UMAP).
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None
     Per block: a sparse (topics in the block × rows) membership product with the block widened to
     float64 (memory bounded by the block), added into a float64 topics × d sum. Sums of float32
     values in float64 are exact for unit vectors in practice, so the means (and the UMAP layout
-    drawn from them) do not depend on the block size and equal the old whole-matrix product;
+    drawn from them) do not depend on the block size and equal a whole-matrix product;
     summing in float32 changed most of the means' float32 bits."""
     from mapping.io import block_rows as _block_rows
 
