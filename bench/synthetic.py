@@ -126,7 +126,8 @@ def write_corpus(run: Path, n: int, dim: int = 384, n_topics: int = 0, shard: in
     rng = np.random.default_rng(seed + 1 if draw_seed is None else draw_seed)
     topic_of = rng.integers(0, n_topics, n)
     (run / "embeddings").mkdir(parents=True, exist_ok=True)
-    (run / "papers").mkdir(parents=True, exist_ok=True)
+    if with_papers:  # an empty papers folder would be a table without a schema
+        (run / "papers").mkdir(parents=True, exist_ok=True)
     for k, lo in enumerate(range(0, n, shard)):
         hi = min(n, lo + shard)
         ids = np.array([f"{id_prefix}:{i}" for i in range(lo, hi)], dtype=object)
