@@ -283,10 +283,15 @@ def slope(sizes: list[int], values: list[float]) -> float:
     return math.log(max(values[-1], 1e-3) / max(values[-2], 1e-3)) / math.log(sizes[-1] / sizes[-2])
 
 
+def parallelism(cpu_s: float, wall_s: float, here: int) -> float:
+    """Cores busy on average while the stage ran here (CPU s / wall s), between 1 and the cores."""
+    return max(1.0, min(here, cpu_s / wall_s if wall_s > 0 else 1.0))
+
+
 def node_speedup(cpu_s: float, wall_s: float, here: int, efficiency: float) -> tuple[float, float]:
     """(speed-up of the node's cores over this machine's, serial share): Amdahl from the
     parallelism measured here, each added core worth `efficiency` of one."""
-    p = max(1.0, min(here, cpu_s / wall_s if wall_s > 0 else 1.0))
+    p = parallelism(cpu_s, wall_s, here)
     serial = min(1.0, max(0.0, (here / p - 1) / (here - 1))) if here > 1 else 1.0
     t_here = serial + (1 - serial) / here
     t_node = serial + (1 - serial) / (1 + (NODE_CORES - 1) * efficiency)
@@ -401,7 +406,7 @@ def main() -> int:
             a, b = fit(sizes, works, e)
             s = big["stages"][stage]
             # wall here = work / the parallelism seen at the largest size; the node divides that by its speed-up
-            par = max(1.0, s["cpu_s"] / s["seconds"])
+            par = parallelism(s["cpu_s"], s["seconds"], here)
             speed, serial = node_speedup(s["cpu_s"], s["seconds"], here, args.efficiency)
             # kNN's distance computations and codes grow with the dimensions (the other stages' inputs do not)
             dims = args.project_dim / args.dim if stage == "knn" else 1.0
