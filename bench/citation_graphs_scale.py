@@ -1,4 +1,4 @@
-"""mapping.citation_graphs at scale: wall time and peak RSS of each relatedness graph (dc, edc, bc, cc).
+"""mapping.evaluation.citation_graphs at scale: wall time and peak RSS of each relatedness graph (dc, edc, bc, cc).
 
     python bench/citation_graphs_scale.py                       # 200k citing papers, 30 references each
     python bench/citation_graphs_scale.py --n 1000000 --max-cited-by 10000
@@ -69,7 +69,7 @@ def make_table(root: Path, n: int, refs: int, alpha: float, seed: int, shard: in
 def child(args) -> None:
     import pyarrow.compute as pc
 
-    from mapping.citation_graphs import citation_graphs
+    from mapping.evaluation.citation_graphs import citation_graphs
     from sciencemap.progress import current_rss_mb
     from sciencemap.storage import dataset
 

@@ -22,7 +22,7 @@ from sciencemap.storage import dataset
 
 
 def focal_texts(run: Path, criteria: list[str]) -> pa.Table:
-    from mapping.compare import focal_papers
+    from mapping.evaluation.compare import focal_papers
 
     papers = dataset(run / "papers")
     parts = [t.select(["paper_id", "title", "abstract"]) for c in criteria

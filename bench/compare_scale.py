@@ -4,7 +4,7 @@
     python bench/compare_scale.py --n 70000           # a quick look (~21k)
 
 Generates papers (bench/synthetic.py: titles of topic words, MeSH-like descriptors on 30% of them,
-384-d vectors), builds the vector store, then runs mapping.compare.compare on the MeSH criterion
+384-d vectors), builds the vector store, then runs mapping.evaluation.compare.compare on the MeSH criterion
 with the stage's defaults (max_papers = 100,000: a larger corpus is sampled to that) in a child
 process, and prints its wall time, peak RSS and each graph's edges and sweep time.
 """
@@ -24,8 +24,8 @@ from synthetic import write_corpus  # bench/synthetic.py; a script's own folder 
 CHILD = """
 import json, sys, time, resource
 from pathlib import Path
-from mapping.compare import compare
-from mapping.evaluate import EvaluateConfig
+from mapping.evaluation.compare import compare
+from mapping.evaluation.evaluate import EvaluateConfig
 from sciencemap.layout import RunLayout
 from sciencemap.vectors import ensure_vectors
 layout = RunLayout(Path(sys.argv[1]))

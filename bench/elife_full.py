@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from sciencemap.layout import RunLayout
-from importance.ingest import IngestConfig, run_ingest
+from importance.ingest.job import IngestConfig, run_ingest
 from importance.job import ImportanceConfig, run_importance
-from importance.spark import get_spark
+from importance.ingest.spark import get_spark
 
 TAR = Path("/work/shared/data/elife-articles/elife-articles-6c97171-xml.tar.gz")
 TYPE = re.compile(rb'<article[^>]*\barticle-type="([^"]+)"')

@@ -10,7 +10,7 @@ outside the corpus, 3% unresolved), a kNN-like edges table (each paper's --k nei
 its topic, 5% in any topic) and the vector store's ids; then runs, each in its own child process, the stage's
 citation and network part: --criteria focal sets of --focal papers (sorted ids, seeded) get the
 citation graphs of the methods comparison (all kinds), then the network statistics of the kNN,
-direct-citation and random graphs (mapping.evaluate.networks, the stage's defaults). "new" is this
+direct-citation and random graphs (mapping.evaluation.evaluate.networks, the stage's defaults). "new" is this
 checkout (the references read once, shared; samples by n; parallel searches); "previous" is a git
 worktree of --ref (default 1ee1b99, the commit before) in a temporary folder, imported through its
 own PYTHONPATH. Prints each one's seconds (citation graphs, networks, total), peak RSS (VmHWM of
@@ -22,7 +22,7 @@ Generates (bench/synthetic.py) papers with MeSH-like descriptors (3-6 a paper, w
 and a major flag), the vector store's ids and a clusters table (paper_id, row, resolution,
 cluster; three resolutions), then runs, each in its own child process so that each peak RSS is
 its own:
-- new:       mapping.evaluate.mesh_evaluation (Arrow batches, compact assignment arrays, labels by row)
+- new:       mapping.evaluation.evaluate.mesh_evaluation (Arrow batches, compact assignment arrays, labels by row)
 - reference: the previous implementation (the papers' MeSH lists as pandas objects, one Python loop
              per paper, labels by a pandas reindex of the whole clusters table, the accuracy's
              lookups scanning unsorted rows), on a --ref-n-paper corpus where the new code runs too.
@@ -170,7 +170,7 @@ def _ref_accuracy(V, labels):
 def reference_evaluation(run: Path) -> dict:
     from sciencemap.storage import read_table
 
-    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, granularity
+    from mapping.evaluation.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, granularity
 
     accuracy = _ref_accuracy
 
@@ -197,7 +197,7 @@ def reference_evaluation(run: Path) -> dict:
 def new_evaluation(run: Path, ids: pa.Array) -> dict:
     from sciencemap.storage import dataset
 
-    from mapping.evaluate import EvaluateConfig, mesh_evaluation
+    from mapping.evaluation.evaluate import EvaluateConfig, mesh_evaluation
 
     return mesh_evaluation(dataset(run / "papers"), dataset(run / "clusters"), ids, EvaluateConfig())
 
@@ -255,8 +255,8 @@ def network_child(args) -> None:
     from sciencemap.runtime import rss_mb
     from sciencemap.storage import dataset
 
-    from mapping import evaluate
-    from mapping.citation_graphs import citation_graphs
+    from mapping.evaluation import evaluate
+    from mapping.evaluation.citation_graphs import citation_graphs
 
     run = Path(args.run)
     layout = RunLayout(run)
@@ -372,7 +372,7 @@ def network_main(args) -> int:
 # ---------------------------------------------------------------- driver
 
 def child(args) -> None:
-    importlib.import_module("mapping.evaluate")   # imported before the RSS after imports is read
+    importlib.import_module("mapping.evaluation.evaluate")   # imported before the RSS after imports is read
     if args.child == "network":
         return network_child(args)
 

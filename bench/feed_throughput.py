@@ -97,7 +97,7 @@ def write_papers(folder: Path, ids: list[str], titles: list, abstracts: list) ->
 
 
 def jats_papers(files: list[tuple[str, bytes]]) -> tuple[list, list, list]:
-    from importance.readers.jats import parse
+    from importance.ingest.readers.jats import parse
 
     ids, titles, abstracts = [], [], []
     for name, data in files:

@@ -114,7 +114,7 @@ class Sampler:
 def reference_job(spark, run: Path, out: Path) -> None:
     from pyspark.sql import functions as F
 
-    from importance.spark import write_spark_table
+    from importance.ingest.spark import write_spark_table
 
     m = spark.read.parquet(str(run / "mentions"))
     r = spark.read.parquet(str(run / "references")).select("citing_id", "cited_id").distinct()
@@ -131,7 +131,7 @@ def one_size(run: Path, shuffle_partitions: int) -> dict:
 
     from sciencemap.layout import RunLayout
     from importance.job import ImportanceConfig, run_importance
-    from importance.spark import get_spark
+    from importance.ingest.spark import get_spark
 
     spark = get_spark(app="importance-scale", master="local[2]", shuffle_partitions=shuffle_partitions)
     n_m = pq.ParquetDataset(run / "mentions").count_rows() if hasattr(pq.ParquetDataset, "count_rows") else \

@@ -50,7 +50,7 @@ def ingest(spark, path: Path, fmt: str, role: str, run: Path, partitions: int) -
     the number of mentions)."""
     import pyarrow.parquet as pq
 
-    from importance.ingest import IngestConfig, run_ingest
+    from importance.ingest.job import IngestConfig, run_ingest
     from sciencemap.layout import RunLayout
 
     shutil.rmtree(run, ignore_errors=True)
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target-ratio", type=float, default=1.0, help="train time / map time at least this")
     Verdicts.add_arguments(ap)
     a = ap.parse_args(argv)
-    from importance.spark import get_spark
+    from importance.ingest.spark import get_spark
 
     path = Path(a.input) if a.input else default_input(Path(a.xml_dir))
     n_files = sum(1 for p in path.rglob("*") if p.is_file()) if path.is_dir() else 1

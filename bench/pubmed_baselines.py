@@ -4,8 +4,8 @@ beside an independent implementation's figures, and relative accuracy.
 
     .venv/bin/python bench/pubmed_baselines.py [--data ../shared/data/pubmed-multilabel-mesh-sample] [--model PATH]
 
-Reads the CSVs with the project's own reader (importance.readers.pubmed_csv), builds every graph
-with mapping.text_graphs and the curves with mapping.curves, exactly as the evaluate stage does.
+Reads the CSVs with the project's own reader (importance.ingest.readers.pubmed_csv), builds every graph
+with mapping.evaluation.text_graphs and the curves with mapping.evaluation.curves, exactly as the evaluate stage does.
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from importance.readers import pubmed_csv
-from mapping.curves import Criterion, accuracy_at, relative_accuracies, sweep
-from mapping.mesh_accuracy import publication_vectors
-from mapping.relatedness import hybrid
-from mapping.text_graphs import bm25_graph, criterion_graph, random_regular_graph, tfidf_graph, vector_graph
+from importance.ingest.readers import pubmed_csv
+from mapping.evaluation.curves import Criterion, accuracy_at, relative_accuracies, sweep
+from mapping.evaluation.mesh_accuracy import publication_vectors
+from mapping.evaluation.relatedness import hybrid
+from mapping.evaluation.text_graphs import bm25_graph, criterion_graph, random_regular_graph, tfidf_graph, vector_graph
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = {"tfidf": (0.261, 0.162, 0.109), "bm25": (0.255, 0.150, 0.098), "minilm": (0.246, 0.154, 0.105),

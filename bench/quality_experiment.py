@@ -15,7 +15,7 @@ Steps (each cached in --out, so a re-run resumes):
    "-<objective>+..." when several), and the table adds its paired difference to triplet by seed.
    A model trained on cosine (in_batch) is evaluated under cosine: its vectors are L2-normalised
    before (a)-(d), so L2 ranking is cosine ranking.
-5. Metrics per model (METHODS.md §6-7, mapping/scidocs.py):
+5. Metrics per model (METHODS.md §6-7, mapping/evaluation/scidocs.py):
    (a) cite: each held-out (val) anchor's cited papers that have text (relevant) + up to 25
        random papers it does not cite (non-relevant; drawn from the papers cited by the anchor's
        source, so positives and negatives have the same kind of text; seeded, same for all
@@ -23,19 +23,19 @@ Steps (each cached in --out, so a re-run resumes):
        full-text papers (eLife->eLife, ACL->ACL) with full-text negatives.
    (b) eLife subject classification: first heading subject, classes with >= 10 papers, LinearSVC
        with C in 1e-4..1e2 by 3-fold CV, macro-F1.
-   (c) MeSH clustering on the PubMed records (issue 16, mapping.curves): each model's exact 20-NN
+   (c) MeSH clustering on the PubMed records (issue 16, mapping.evaluation.curves): each model's exact 20-NN
        cosine graph, beside baselines computed once per run and cached (<out>/baseline_cache.json):
        TF-IDF and BM25 20-NN, a random 20-regular graph (floor), the MeSH criterion's own 20-NN
-       (ceiling), and per H=2 model the hybrid "H=2 + BM25" (0.5 / 0.5, mapping.relatedness.hybrid).
+       (ceiling), and per H=2 model the hybrid "H=2 + BM25" (0.5 / 0.5, mapping.evaluation.relatedness.hybrid).
        Each graph: Leiden CPM on CWTS-normalised weights over its own resolution sweep covering
-       --g-range, with --leiden-seeds (mapping.curves.sweep); reported as accuracy A at the
+       --g-range, with --leiden-seeds (mapping.evaluation.curves.sweep); reported as accuracy A at the
        --granularities (A@G) and relative accuracy (seed paper Fig. 6) over all graphs of the table
        together, per Leiden seed. Also a per-graph table (Fig. 6 style) in the .md and the curves
        (Fig. 5 style) in <out>/mesh_curves-<suffix>.png.
    (d) importance-graded (the seed paper's claim, which the cite task cannot see: it counts every
        citation alike): each held-out anchor's cited papers that have text, graded by the pair's
        importance score (pairs table; the same for every H); Spearman's rho between importance
-       and closeness, and nDCG with importance as the gain (mapping.scidocs.evaluate_graded).
+       and closeness, and nDCG with importance as the gain (mapping.evaluation.scidocs.evaluate_graded).
    Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
    suffix names settings that differ from the recipe), mesh_curves-n<steps>[...].png, and prints the .md.
 
@@ -184,7 +184,7 @@ def _mark(marker: Path, obj: dict) -> None:
 
 
 def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
-    from importance.ingest import IngestConfig, run_ingest
+    from importance.ingest.job import IngestConfig, run_ingest
     from importance.job import ImportanceConfig, run_importance
 
     shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
@@ -193,7 +193,7 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     info = {}
     if not any(todo):
         return info
-    from importance.spark import get_spark
+    from importance.ingest.spark import get_spark
 
     spark = get_spark()
     try:
@@ -298,7 +298,7 @@ def _has_text(title, abstract) -> bool:
 
 def build_eval_sets(args, out: Path) -> dict:
     """Cite queries (qrels files in SciDocs format), eLife labels and PubMed papers."""
-    from mapping.scidocs import write_qrels
+    from mapping.evaluation.scidocs import write_qrels
 
     shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
     papers = read_table(shared.table("papers"), columns=["paper_id", "title", "abstract", "fields", "source",
@@ -398,15 +398,15 @@ BASELINES = {"tfidf": "TF-IDF 20-NN (baseline)", "bm25": "BM25 20-NN (baseline)"
 
 
 def mesh_criterion(mv):
-    from mapping.curves import Criterion
+    from mapping.evaluation.curves import Criterion
 
     return Criterion("mesh", mv.V, mv.rows)
 
 
 def graph_curve(args, graph, crit) -> dict:
-    """The graph's accuracy–granularity curve on the PubMed records (mapping.curves.sweep: its own
+    """The graph's accuracy–granularity curve on the PubMed records (mapping.evaluation.curves.sweep: its own
     resolution sweep covering --g-range, --curve-points resolutions × --leiden-seeds)."""
-    from mapping.curves import sweep
+    from mapping.evaluation.curves import sweep
 
     c = sweep(graph, crit, tuple(args.g_range), points=args.curve_points, seeds=tuple(args.leiden_seeds))
     c["edges"] = graph.m
@@ -418,7 +418,7 @@ def pubmed_texts(pm: pd.DataFrame) -> list[str]:
 
 
 def bm25_pubmed(pm: pd.DataFrame):
-    from mapping.text_graphs import bm25_graph
+    from mapping.evaluation.text_graphs import bm25_graph
 
     return bm25_graph(pubmed_texts(pm), k=MESH_K, name="bm25")
 
@@ -427,7 +427,7 @@ def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> tuple[dict, 
     """TF-IDF, BM25, random 20-regular and MeSH (criterion) 20-NN curves on the PubMed records,
     computed once and cached in <out>/baseline_cache.json (keyed by the records, the sweep, the
     code (BASELINE_CODE) and the PubMed table's files); (curves, whether they came from the cache)."""
-    from mapping import text_graphs as tg
+    from mapping.evaluation import text_graphs as tg
 
     cache = out / "baseline_cache.json"
     key = hashlib.sha256(json.dumps(["baselines-v1", sorted(pm.paper_id.tolist()), MESH_K, args.g_range,
@@ -460,7 +460,7 @@ def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with
 
     from encoders.embed import embed_texts
     from encoders.model import load_encoder
-    from mapping.scidocs import evaluate_graded, evaluate_ranking, svm_macro_f1
+    from mapping.evaluation.scidocs import evaluate_graded, evaluate_ranking, svm_macro_f1
 
     torch.set_num_threads(args.threads)
     enc = load_encoder(str(spec), None, args.max_length, "cpu")
@@ -482,8 +482,8 @@ def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with
     c = svm_macro_f1(X[[idx[p] for p in el.paper_id]], el.label.tolist(), seed=0)
     res["cls_f1"], res["cls_C"] = c["macro_f1"], c["C"]
     pm = ev["pubmed"]
-    from mapping.relatedness import hybrid
-    from mapping.text_graphs import vector_graph
+    from mapping.evaluation.relatedness import hybrid
+    from mapping.evaluation.text_graphs import vector_graph
 
     t = time.time()
     g = vector_graph(X[[idx[p] for p in pm.paper_id]], k=MESH_K, name="encoder")
@@ -496,7 +496,7 @@ def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with
 
 
 def mesh_vectors(pm: pd.DataFrame):
-    from mapping.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, publication_vectors
+    from mapping.evaluation.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, publication_vectors
 
     return publication_vectors([list(m) for m in pm.mesh], drop_names=CHECK_TAGS, drop_uis=CHECK_TAG_UIS)
 
@@ -527,8 +527,8 @@ def mesh_graphs(per_model: dict, baselines: dict) -> dict[str, dict]:
 
 def mesh_scores(args, curves: dict[str, dict]) -> dict[str, dict]:
     """{graph: {mesh_A<G>: mean over Leiden seeds, ..._std, mesh_rel_acc (+ _std)}}; the relative
-    accuracy is over all graphs together, seed by seed (mapping.curves.relative_accuracies)."""
-    from mapping.curves import accuracy_at, relative_accuracies
+    accuracy is over all graphs together, seed by seed (mapping.evaluation.curves.relative_accuracies)."""
+    from mapping.evaluation.curves import accuracy_at, relative_accuracies
 
     try:
         rel = relative_accuracies(curves)
@@ -554,7 +554,7 @@ def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, lis
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mapping.curves import accuracy_at
+    from mapping.evaluation.curves import accuracy_at
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     lo, hi = args.g_range
@@ -573,7 +573,7 @@ def plot_curves(args, path: Path, curves: dict[str, dict], groups: dict[str, lis
             mean, amin, amax = np.nanmean(A[:, ok], 0), np.nanmin(A[:, ok], 0), np.nanmax(A[:, ok], 0)
         ax.plot(grid[ok], mean, label=label, lw=1.6, color=colour, ls=style)
         ax.fill_between(grid[ok], amin, amax, color=colour, alpha=0.2, lw=0)
-    from mapping.compare import save_curve_plot
+    from mapping.evaluation.compare import save_curve_plot
     save_curve_plot(fig, ax, path, list(args.granularities), "MeSH accuracy A",
                     f"MeSH accuracy–granularity, PubMed records (Leiden seeds {list(args.leiden_seeds)})",
                     legend_size=7, dpi=130, grid=True)
@@ -672,7 +672,7 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               "vectors = the ceiling; random: a 20-regular graph = the floor; H=2 + BM25: the sum of the two graphs' "
               f"CWTS-normalised weights, {HYBRID_W:g} each, one hybrid per H=2 seed), Leiden CPM (no small-cluster merging) "
               f"on CWTS-normalised weights, each graph its own {args.curve_points}-resolution sweep covering "
-              f"G∈{list(args.g_range)}, Leiden seeds {list(args.leiden_seeds)} (mapping.curves.sweep). "
+              f"G∈{list(args.g_range)}, Leiden seeds {list(args.leiden_seeds)} (mapping.evaluation.curves.sweep). "
               f"'A@G=g' = accuracy interpolated at granularity g (linear in log G), mean over Leiden seeds; "
               f"'rel. acc.' = relative accuracy (seed paper Fig. 6) over all {len(curves)} graphs of this table "
               f"together, per Leiden seed over their common G range {_grange(scores)}, averaged (1 = the average graph).",

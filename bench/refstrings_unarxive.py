@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from importance.ingest import IngestConfig, run_ingest
+    from importance.ingest.job import IngestConfig, run_ingest
     from sciencemap.layout import RunLayout
 
     src = extract(Path(a.cache))
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                                           cited_only.paper_id.str.split(":").str[0].value_counts().items()))
 
     # ---- the sample: each cited-only paper with the reference its row was made from (the first
-    # by (has title, citing_id, ref_key), as importance.resolve.cited_only_papers picks it)
+    # by (has title, citing_id, ref_key), as importance.ingest.resolve.cited_only_papers picks it)
     ids = sorted(cited_only.paper_id)
     sample = random.Random(SEED).sample(ids, min(SAMPLE_SIZE, len(ids)))
     refs["_no_title"] = refs.title.isna()

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     import pyarrow.parquet as pq
 
     from sciencemap.layout import RunLayout
-    from importance.ingest import IngestConfig, run_ingest
+    from importance.ingest.job import IngestConfig, run_ingest
 
     dirs = extract(Path(a.cache))
     files = {fmt: sum(1 for p in d.rglob("*") if p.is_file()) for fmt, d in dirs.items()}

@@ -2,12 +2,12 @@
 
 1. eLife research articles (the shared tar, streamed) and the PMC .nxml samples: truth = the
    sec-type of each top-level section whose sec-type maps to a class; prediction =
-   importance.sections.classify_sections on the article's top-level blocks with sec-type hidden
+   importance.ingest.sections.classify_sections on the article's top-level blocks with sec-type hidden
    (headings, text, positions: what the JATS reader does when a section has no sec-type).
 2. The development set data/section_labels/dev.tsv.gz (411 top-level sections of 57 ScisummNet,
    CL-SciSumm 2018 and unArXive papers, labelled by reading; never trained on): its sections are
    written to a TSV and classified by the command `sciencemap classify-sections` (its code path,
-   importance.classify), then scored over all, by corpus and by heading kind (empty / numbered /
+   importance.ingest.classify), then scored over all, by corpus and by heading kind (empty / numbered /
    other / keyword; "uninformative" = the first three), beside the earlier rules + position.
 3. Leave-one-corpus-out (--loco): the model retrained without one corpus's labelled sections (free
    and hand labels; needs ../shared) and scored on that corpus's development sections.
@@ -35,12 +35,12 @@ from pathlib import Path
 
 from lxml import etree
 
-from importance.classify import classify_table
-from importance.readers.jats import block_text, top_blocks
-from importance.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND, ELIFE_TAR, PMC_DIR, TrainSettings,
+from importance.ingest.classify import classify_table
+from importance.ingest.readers.jats import block_text, top_blocks
+from importance.ingest.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND, ELIFE_TAR, PMC_DIR, TrainSettings,
                                          predict, read_labelled, read_tsv, train)
-from importance.sections import (CLASSES, class_from_heading, class_from_sec_type, classify_sections,
-                                 macro_f1)
+from importance.ingest.headings import CLASSES, class_from_heading, class_from_sec_type
+from importance.ingest.sections import classify_sections, macro_f1
 from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 # importance with spark-submit in local mode and against the cluster, and check that the outputs
 # are equal (sorted rows of papers, references, mentions, pairs, weights, triplets). The cluster
 # run's executors get the `importance` and `sciencemap` packages only from the zip the driver ships
-# (addPyFile, importance/spark.py package_zip): nothing points their PYTHONPATH at this checkout.
+# (addPyFile, importance/ingest/spark.py package_zip): nothing points their PYTHONPATH at this checkout.
 #
 #   bash bench/spark_standalone.sh [INPUT_DIR (JATS files, default sample/elife)] [WORK_DIR]
 #

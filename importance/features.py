@@ -34,7 +34,7 @@ def keys_of(df: DataFrame) -> dict:
     ingest and the generator; null = none). Only a table without them (written before they
     existed) gets them computed from `authors`: a per-row fallback would read the wide `authors`
     column again, which alone costs as much as the rest of the stage."""
-    from importance.authors import KEY_COLUMNS, author_keys_spark
+    from importance.ingest.authors import KEY_COLUMNS, author_keys_spark
 
     if all(c in df.columns for c in KEY_COLUMNS):
         return {c: F.coalesce(F.col(c), _empty()) for c in KEY_COLUMNS}
@@ -42,7 +42,7 @@ def keys_of(df: DataFrame) -> dict:
 
 
 def shares_author(a: dict, b: dict):
-    """authors.same_author over two author lists, from their stored keys (see importance.authors):
+    """authors.same_author over two author lists, from their stored keys (see importance.ingest.authors):
     three hash-based set intersections, no per-row string work."""
     k, o = "author_keys", "orcid_author_keys"
     hit = F.arrays_overlap(a[k], b[k]) | F.arrays_overlap(a[o], b[k]) | F.arrays_overlap(a[k], b[o])

@@ -42,7 +42,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import replace_dir, temporary_sibling, write_json_atomic
 
-from importance.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
+from importance.ingest.authors import KEY_COLUMNS, author_keys_arrow, shares_author_arrow
 
 REFS_LOGNORMAL = (4.054, 0.423)
 MENTIONS_PMF = [0.6721, 0.1807, 0.0663, 0.0301, 0.0161, 0.0112, 0.0067, 0.0042, 0.0029, 0.0022, 0.0016, 0.0013]

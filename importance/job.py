@@ -16,11 +16,11 @@ from sciencemap.storage import (atomic_dir, atomic_file, read_json_metadata, req
                                 write_json_atomic, write_table_atomic)
 
 from importance.entropy import WEIGHT_METHODS
-from importance.spark import InputSize, SparkSettings, spark_for_stage, tables_size, write_parquet, write_spark_table
+from importance.ingest.spark import InputSize, SparkSettings, spark_for_stage, tables_size, write_parquet, write_spark_table
 
 
 @dataclass
-class ImportanceConfig(SparkSettings):  # Spark settings: importance/spark.py, docs/spark.md
+class ImportanceConfig(SparkSettings):  # Spark settings: importance/ingest/spark.py, docs/spark.md
     feature_set: str = setting("default", "default (I,R,D,S) | all | no_I | no_M | no_R | no_D | no_S | 'I,R,D,S'")
     weight_method: str = setting("entropy", "feature weights: entropy weight method (METHODS.md §2) or all equal",
                                  choices=WEIGHT_METHODS)

@@ -10,19 +10,19 @@ import json
 from sciencemap.stages import Stage, StageContext
 
 from importance.generate import GenerateConfig
-from importance.ingest import IngestConfig
+from importance.ingest.job import IngestConfig
 from importance.job import ImportanceConfig
 
 
 def spark_session(ctx: StageContext, cfg, size, stage: str):
     """The shared session; the first Spark stage starts it with the settings derived for it."""
-    from importance.spark import start_spark
+    from importance.ingest.spark import start_spark
 
     return ctx.shared("spark", lambda: start_spark(cfg, size, stage), close=lambda s: s.stop())
 
 
 def _ingest(cfg, layout, ctx):
-    from importance.ingest import check_inputs, input_size, list_input, run_ingest
+    from importance.ingest.job import check_inputs, input_size, list_input, run_ingest
 
     check_inputs(cfg)  # before Spark starts: a wrong path is one sentence, not a JVM log
     listings = [list_input(spec) for spec in cfg.inputs]  # one walk of each input root

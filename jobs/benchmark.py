@@ -10,7 +10,7 @@ import sys
 from sciencemap.cli import unshadow_stage_packages
 
 unshadow_stage_packages()  # before the import: jobs/importance.py must not shadow the importance package
-from mapping.benchmarks import main  # noqa: E402
+from mapping.evaluation.benchmarks import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

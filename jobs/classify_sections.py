@@ -8,7 +8,7 @@ import sys
 from sciencemap.cli import unshadow_stage_packages
 
 unshadow_stage_packages()  # before the import: jobs/importance.py must not shadow the importance package
-from importance.classify import main  # noqa: E402
+from importance.ingest.classify import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,19 +36,6 @@ from sciencemap.runtime import UserError
 from sciencemap.storage import require_table, table_files
 from sciencemap.text import clean_text, clean_texts
 
-BLOCK_BYTES = 64 * 2**20          # float32 bytes of one block of vector rows
-
-
-def block_rows(dim: int, itemsize: int = 4, budget: int = BLOCK_BYTES) -> int:
-    """Rows per block so that one block of `dim` values of `itemsize` bytes stays under `budget`."""
-    return max(1, int(budget // max(1, dim * itemsize)))
-
-
-def iter_blocks(n: int, size: int):
-    for lo in range(0, n, size):
-        yield lo, min(n, lo + size)
-
-
 # ---------------------------------------------------------------- clusters
 
 def _clusters_dataset(layout: RunLayout) -> ds.Dataset:

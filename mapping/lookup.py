@@ -11,7 +11,7 @@ the same at 33M papers:
   and year columns, Arrow's case-insensitive substring match batch by batch);
 - its vector-store row, and later the neighbours' ids: passes over `vectors/ids.parquet`;
 - neighbours (`nearest`): exact cosine search, the memory-mapped unit vectors read block by block
-  (mapping.io.block_rows, 64 MB) times the paper's vector, keeping a running top k; the paper's own
+  (sciencemap.vectors.rows_per_block, 64 MB) times the paper's vector, keeping a running top k; the paper's own
   row is left out, so k is anything from 1 to n − 1, not bounded by the kNN graph's k;
 - topics: the clusters table filtered on (resolution, rows), the topics table on (resolution,
   clusters), at the map's resolution (`map_resolution`);
@@ -29,7 +29,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -45,9 +44,8 @@ from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
 from sciencemap.storage import dataset, require_dir
 from sciencemap.text import clean_text
-from sciencemap.vectors import Vectors, open_vectors
+from sciencemap.vectors import Vectors, iter_blocks, open_vectors, rows_per_block
 
-from mapping.io import block_rows, iter_blocks
 
 BATCH_ROWS = 1 << 20
 TITLE_WIDTH = 60           # the readable table shortens titles and topic labels; --json/--tsv do not
@@ -211,7 +209,7 @@ def nearest(vec: Vectors, row: int, k: int, block: int | None = None) -> tuple[n
     q = vec.block(row, row + 1)[0]
     best_s, best_r = np.zeros(0, np.float32), np.zeros(0, np.int64)
     with Progress("lookup: similarities", n, "rows") as prog:
-        for lo, hi in iter_blocks(n, block or block_rows(vec.dim)):
+        for lo, hi in iter_blocks(n, block or rows_per_block(vec.dim)):
             s = vec.block(lo, hi) @ q
             if lo <= row < hi:
                 s[row - lo] = -np.inf

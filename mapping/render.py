@@ -46,7 +46,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import atomic_file, write_bytes_atomic, write_table_atomic, write_text_atomic
-from sciencemap.vectors import open_vectors, read_rows
+from sciencemap.vectors import open_vectors, read_rows, rows_per_block
 
 from mapping import html_map
 from mapping.areas import area_membership, area_regions, region_borders, topic_graph
@@ -147,11 +147,10 @@ class Steps:
 def frame_offsets(X, labels: np.ndarray, lay: LocalLayout, block_rows: int | None = None) -> np.ndarray:
     """float32 offsets (n × 2) of the labelled rows in their topic's frame (NaN elsewhere), from the
     vector store read in blocks."""
-    from mapping.io import block_rows as _block_rows
 
     n, d = X.shape
     out = np.full((n, 2), np.nan, np.float32)
-    step = block_rows or _block_rows(d, 8 * 2)      # the block and its gathered frames
+    step = block_rows or rows_per_block(d, 8 * 2)      # the block and its gathered frames
     with Progress("render: papers' local layout", n, "rows") as prog:
         for lo in range(0, n, step):
             hi = min(n, lo + step)

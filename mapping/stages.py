@@ -4,7 +4,7 @@ from __future__ import annotations
 from sciencemap.stages import Stage
 
 from mapping.cluster import ClusterConfig
-from mapping.evaluate import EvaluateConfig
+from mapping.evaluation.evaluate import EvaluateConfig
 from mapping.knn import KnnConfig
 from mapping.place import PlaceConfig
 from mapping.render import RenderConfig
@@ -35,7 +35,7 @@ def _place(cfg, layout, ctx):
 
 
 def _evaluate(cfg, layout, ctx):
-    from mapping.evaluate import run_evaluate
+    from mapping.evaluation.evaluate import run_evaluate
 
     return run_evaluate(cfg, layout)
 

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 
 from sciencemap.text import clean_text, clean_texts
-from sciencemap.vectors import read_rows
+from sciencemap.vectors import read_rows, rows_per_block
 
 TITLE_STOP_WORDS = sorted(ENGLISH_STOP_WORDS | {
     "study", "studies", "analysis", "using", "based", "effect", "effects", "role", "new", "via",
@@ -77,7 +77,6 @@ def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None
     values in float64 are exact for unit vectors in practice, so the means (and the UMAP layout
     drawn from them) do not depend on the block size and equal a whole-matrix product;
     summing in float32 changed most of the means' float32 bits."""
-    from mapping.io import block_rows as _block_rows
 
     labels = np.asarray(labels)
     n, d = X.shape
@@ -85,7 +84,7 @@ def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None
     if n_topics is None:
         n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
     acc = np.zeros((n_topics, d), np.float64)
-    step = block_rows or _block_rows(d, 8)
+    step = block_rows or rows_per_block(d, 8)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         lb = labels[lo:hi]
@@ -106,7 +105,6 @@ def central_rows(X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray, elig
                  per_topic: int = 3, block_rows: int | None = None, progress=None) -> list[list[int]]:
     """Per topic, the eligible rows closest (cosine) to the topic's mean vector, most central first
     (ties in row order). One pass over X in blocks; then one sort of the eligible rows."""
-    from mapping.io import block_rows as _block_rows
 
     labels = np.asarray(labels)
     n, d = X.shape
@@ -114,7 +112,7 @@ def central_rows(X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray, elig
     tv = tv / np.maximum(np.linalg.norm(tv, axis=1, keepdims=True), 1e-12)
     cand = np.asarray(eligible, bool) & (labels >= 0)
     score = np.zeros(n, np.float64)
-    step = block_rows or _block_rows(d, 8)
+    step = block_rows or rows_per_block(d, 8)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         ok = cand[lo:hi]

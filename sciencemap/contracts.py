@@ -3,7 +3,7 @@
 The stage packages pass data to each other only as the tables named here, so every column name,
 schema and key is spelled once. Tables are Parquet directories inside one run directory
 (`runs/<name>/<table>/`, see sciencemap.layout); Spark and pyarrow both read them. Spark schemas
-are derived from these Arrow schemas (importance.spark.to_spark_schema).
+are derived from these Arrow schemas (importance.ingest.spark.to_spark_schema).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SOURCES = ("elife", "scisummnet", "pubmed", "pmc", "medline", "s2orc", "unarxive
 
 AUTHOR = pa.struct([("family", pa.string()), ("given", pa.string()), ("orcid", pa.string())])
 # author_keys, orcid_author_keys (papers, references): normalised author identities derived from
-# `authors` once at ingest ("#<orcid>" or "family|i"; importance.authors explains the pair), so the
+# `authors` once at ingest ("#<orcid>" or "family|i"; importance.ingest.authors explains the pair), so the
 # importance job's self-citation feature is set intersections instead of name normalisation.
 # keywords (papers): the paper's author keywords as written (JATS author kwd-groups, MEDLINE
 # KeywordList / OT), each once (case-insensitively), in order; an empty list where the format has

@@ -2,12 +2,16 @@
 
 A corpus paper's id is `<scheme>:<id>`: doi:<lowercase DOI>, pmid:<digits>, pmc:<digits> (no "PMC"),
 arxiv:<lowercase arXiv id without version>, acl:<lowercase ACL Anthology id>, s2orc:<S2 id>, and
-ref:<16 hex> for a cited-only paper known by its title (importance.resolve). The readers normalise
+ref:<16 hex> for a cited-only paper known by its title (importance.ingest.resolve). The readers normalise
 DOIs and arXiv ids with the functions here, so a look-up normalises a user's id the same way.
 """
 from __future__ import annotations
 
 import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _DOI = re.compile(r"(10\.\d{4,9}/\S+)")
 _ARXIV_NEW = re.compile(r"(?<![\d.])(\d{4}\.\d{4,5})(?:v\d+)?(?![\d])")
@@ -60,3 +64,12 @@ def paper_id_of(text: str) -> str:
         scheme, rest = m.group(1).lower(), m.group(2).strip()
         return f"{scheme}:{rest.lower() if scheme in ('acl', 'ref', 'pmc', 'arxiv') else rest}"
     return t
+
+
+def positions_in(ids: pa.Array | pa.ChunkedArray, value_set: pa.Array) -> np.ndarray:
+    """Position of each id in `value_set` (int64, -1 = absent): one Arrow hash look-up, whose hash
+    table over `value_set` is built once per call, so callers pass big chunks. With the vector
+    store's ids as `value_set`, a paper's vector row."""
+    if len(ids) == 0:
+        return np.zeros(0, np.int64)
+    return np.asarray(pc.fill_null(pc.index_in(ids, value_set=value_set), -1).to_numpy(), np.int64)

@@ -38,7 +38,7 @@ class RunLayout:
 
     @property
     def ingest_work_dir(self) -> Path:
-        """The readers' records as Parquet per record kind while ingest runs (importance.staged_records)."""
+        """The readers' records as Parquet per record kind while ingest runs (importance.ingest.staged_records)."""
         return self.root / "ingest_work"
 
     @property

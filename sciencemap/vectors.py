@@ -35,6 +35,20 @@ from sciencemap.storage import atomic_dir, write_json_atomic
 FORMAT = 1
 
 
+BLOCK_BYTES = 64 * 2**20          # float32 bytes of one block of vector rows
+
+
+def rows_per_block(dim: int, itemsize: int = 4, budget: int = BLOCK_BYTES) -> int:
+    """Rows per block so that one block of `dim` values of `itemsize` bytes stays under `budget`."""
+    return max(1, int(budget // max(1, dim * itemsize)))
+
+
+def iter_blocks(n: int, size: int):
+    """(lo, hi) of consecutive blocks of `size` rows over n rows."""
+    for lo in range(0, n, size):
+        yield lo, min(n, lo + size)
+
+
 def unit_rows(X: np.ndarray) -> np.ndarray:
     """Unit rows (float32); zero rows stay zero."""
     X = np.asarray(X, dtype=np.float32)

@@ -68,7 +68,7 @@ def shared_data(repo_root) -> Path:
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession (2 cores) for every Spark test of the session."""
-    from importance.spark import get_spark
+    from importance.ingest.spark import get_spark
 
     s = get_spark(app="sciencemap-tests", master="local[2]", shuffle_partitions=4)
     yield s

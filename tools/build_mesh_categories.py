@@ -1,4 +1,4 @@
-"""Rebuild importance/data/mesh_categories.tsv.gz from NLM's MeSH tree file (a developer tool, never
+"""Rebuild importance/ingest/data/mesh_categories.tsv.gz from NLM's MeSH tree file (a developer tool, never
 run by the pipeline).
 
 Input: a "Tree Number<TAB>Desc Ui<TAB>Term" file such as ../shared/data/mesh-tree-2017/2017MeshTree.txt
@@ -10,7 +10,7 @@ input gives the same bytes):
     descriptor  D009369    Neoplasms    C04       (UI, name, its categories, comma-separated)
 
 A descriptor's categories are the first 3 characters of each of its tree numbers, in order of first
-appearance. Which categories count as subjects is decided by importance.fields, not here.
+appearance. Which categories count as subjects is decided by importance.ingest.fields, not here.
 
     python tools/build_mesh_categories.py ../shared/data/mesh-tree-2017/2017MeshTree.txt
 """

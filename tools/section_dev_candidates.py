@@ -15,9 +15,9 @@ import csv
 import random
 from pathlib import Path
 
-from importance.section_training import (CLSCISUMM_TAR, SCISUMMNET_TAR, UNARXIVE_TAR, read_tsv, scisumm_sections,
+from importance.ingest.section_training import (CLSCISUMM_TAR, SCISUMMNET_TAR, UNARXIVE_TAR, read_tsv, scisumm_sections,
                                          unarxive_sections)
-from importance.sections import heading_kind
+from importance.ingest.headings import heading_kind
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT_CHARS = 1500  # what the labellers read; the `text` column holds the whole section

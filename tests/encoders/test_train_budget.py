@@ -15,7 +15,7 @@ from encoders.config import TrainConfig
 from encoders.objectives.triplet_table import open_tokens, sample_anchors
 from encoders.train import read_log, run_train
 from encoders.train_budget import PLAN
-from mapping.evaluate import train_section
+from mapping.evaluation.evaluate import train_section
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.runtime import UserError
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from lxml import etree
 
-from importance.readers.common import clean_ws
-from importance.sections import classify_sections
+from importance.ingest.readers.common import clean_ws
+from importance.ingest.sections import classify_sections
 
 
 def _expected_sections(xml: bytes, sids: list[str]) -> list[tuple[str | None, str]]:

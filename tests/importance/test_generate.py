@@ -2,7 +2,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from importance.authors import shares_author
+from importance.ingest.authors import shares_author
 from importance.generate import SECTION_MIX, GenerateConfig, run_generate
 from importance.job import ImportanceConfig, read_triplets_meta, run_importance
 from sciencemap.contracts import SCHEMAS

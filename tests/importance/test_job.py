@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sciencemap.layout import RunLayout
-from importance.ingest import DUPLICATE_CITANCE_REASON, IngestConfig, run_ingest
+from importance.ingest.job import DUPLICATE_CITANCE_REASON, IngestConfig, run_ingest
 from importance.job import ImportanceConfig, read_triplets_meta, run_importance
 from sciencemap.runtime import UserError
 
@@ -81,7 +81,7 @@ def test_counts_add_up(run):
 
 def test_ingest_writes_author_keys_equal_to_the_expression(run):
     """papers.author_keys and references.author_keys as written by ingest match the authors."""
-    from importance.authors import author_keys_arrow
+    from importance.ingest.authors import author_keys_arrow
 
     for name in ("papers", "references"):
         t = pq.read_table(run[0].table(name), columns=["authors", "author_keys", "orcid_author_keys"])
@@ -94,7 +94,7 @@ def test_ingest_writes_author_keys_equal_to_the_expression(run):
 def test_ingest_writes_entry_shares_author(run):
     """references.entry_shares_author == the Python matcher on the citing paper's authors (as
     ingest completed them) and the entry's own authors."""
-    from importance.authors import shares_author
+    from importance.ingest.authors import shares_author
 
     papers = pq.read_table(run[0].table("papers"), columns=["paper_id", "authors"]).to_pandas().set_index("paper_id")
     refs = pq.read_table(run[0].table("references"), columns=["citing_id", "authors", "entry_shares_author"]).to_pandas()

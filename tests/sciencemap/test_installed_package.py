@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from importance.ingest import IngestConfig, run_ingest
+from importance.ingest.job import IngestConfig, run_ingest
 from importance.job import read_triplets_meta
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table

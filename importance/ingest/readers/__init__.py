@@ -1,0 +1,94 @@
+"""Input readers: bytes of one input file -> `(kind, dict)` records matching sciencemap.contracts.
+
+Pure Python (lxml, csv, json), so they run on Spark executors and in tests without Spark.
+`parse_file(fmt, source, path, data)` dispatches on the format name used by IngestConfig;
+`parse_file_accounted` adds one `file` record saying what became of the file (the files table).
+`bodies=False` (a "map" input, importance.ingest): the readers of full-text formats give the paper
+(has_fulltext false) and its reference list, and neither read the body nor classify sections.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from importance.ingest.readers import clscisumm, jats, medline_text, medline_xml, pubmed_csv, s2orc, scisummnet
+from importance.ingest.readers.common import CITANCE, FILE, PAPER, REJECT, WARNING, BadRecord, reject
+
+FORMATS = {"jats": jats.parse, "scisummnet": scisummnet.parse, "pubmed_csv": pubmed_csv.parse,
+           "s2orc": s2orc.parse, "unarxive": s2orc.parse, "medline_xml": medline_xml.parse,
+           "medline_text": medline_text.parse, "clscisumm": clscisumm.parse}
+# Which file names each format reads inside an input folder (Hadoop glob syntax).
+GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,json,json.gz}",
+         "pubmed_csv": "*.{csv,csv.gz}", "s2orc": "*.{jsonl,jsonl.gz,json,json.gz}",
+         "unarxive": "*.{jsonl,jsonl.gz,json,json.gz}", "medline_xml": "*.{xml,xml.gz}",
+         "medline_text": "*.{txt,txt.gz,medline,nbib}",
+         # annotation files (.txt, .csv) are read beside the Citance_XML files, and each is also
+         # given to the reader itself, which accounts for its rows and marks it auxiliary
+         "clscisumm": "*.{xml,txt,csv}"}
+# Formats whose papers have a body; their readers take `bodies`.
+FULLTEXT_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive", "clscisumm"))
+
+
+def known_formats() -> str:
+    return ", ".join(sorted(FORMATS))
+
+
+def parse_file(fmt: str, source: str, path: str, data: bytes, bodies: bool = True) -> Iterator[tuple[str, dict]]:
+    """Parse one file; any failure of the whole file becomes one reject record, never an exception."""
+    try:
+        if fmt in FULLTEXT_FORMATS:
+            yield from FORMATS[fmt](path, data, source, bodies=bodies)
+        else:
+            yield from FORMATS[fmt](path, data, source)
+    except BadRecord as e:
+        yield _whole_file_reject(path, str(e) or "unreadable (no reason given)", source)
+    except Exception as e:  # a parser bug or odd input must not kill the whole job
+        yield _whole_file_reject(path, f"unreadable: {type(e).__name__}: {e}"[:500], source)
+
+
+def _whole_file_reject(path: str, reason: str, source: str) -> tuple[str, dict]:
+    kind, rec = reject(path, _file_record_id(path), reason, source)
+    rec["whole_file"] = True  # read by parse_file_accounted only (not a column of any table)
+    return kind, rec
+
+
+def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
+                         bodies: bool = True) -> Iterator[tuple[str, dict]]:
+    """parse_file's records, then one `file` record (contracts "files"): status parsed | rejected |
+    skipped | auxiliary, the input records it gave, and the reason where it is not simply parsed.
+
+    rejected = the whole file failed and gave no paper or citance; a file that gave records and then
+    failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason."""
+    counts = {"papers": 0, "record_rejects": 0, "citances": 0, "warnings": 0}
+    declared, failure, citance_records = None, None, 0
+    for kind, rec in parse_file(fmt, source, path, data, bodies):
+        if kind == FILE:
+            declared = rec
+            continue
+        if kind == PAPER:
+            counts["papers"] += 1
+        elif kind == CITANCE:
+            counts["citances"] += 1
+            citance_records += 1
+        elif kind == WARNING:
+            counts["warnings"] += 1
+        elif kind == REJECT:
+            if rec.get("whole_file"):
+                failure = rec["reason"]
+            if rec.get("level") == "record":
+                counts["record_rejects"] += 1
+            elif rec.get("level") == "citance":
+                counts["citances"] += 1
+        yield kind, rec
+    if declared is not None:
+        status, reason = declared["status"], declared["reason"]
+        counts.update({k: v for k, v in declared.items() if k in counts})
+    elif failure is not None and not (counts["papers"] or citance_records):
+        status, reason = "rejected", failure
+    else:
+        status, reason = "parsed", failure
+    yield FILE, {"path": path, "source": source, "format": fmt, "status": status,
+                 "bytes": len(data) if data is not None else 0, "reason": reason, **counts}
+
+
+def _file_record_id(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]

@@ -1,0 +1,60 @@
+"""What every reader shares (importance.ingest.readers): bad inputs become rejects with a reason."""
+import gzip
+
+from importance.ingest.readers import parse_file
+
+
+ELIFE = "sample/elife/elife00007.xml.gz"
+
+
+def test_bad_inputs_become_rejects(repo_root, of_kind):
+    good = gzip.decompress((repo_root / ELIFE).read_bytes())
+    cases = {
+        "empty.xml": b"",
+        "trunc.xml.gz": gzip.compress(good)[:5000],
+        "trunc.xml": good[: len(good) // 2],
+        "noid.xml": b"<article><front><article-meta><title-group><article-title>x</article-title>"
+                    b"</title-group></article-meta></front></article>",
+    }
+    reasons = {}
+    for name, data in cases.items():
+        recs = list(parse_file("jats", "elife", name, data))
+        assert [k for k, _ in recs] == ["reject"], name
+        reasons[name] = recs[0][1]["reason"]
+    assert reasons["empty.xml"] == "empty file"
+    assert reasons["trunc.xml.gz"].startswith("truncated or corrupt gzip")
+    assert reasons["trunc.xml"].startswith("truncated XML")
+    assert "without DOI" in reasons["noid.xml"]
+    # recoverable damage (an undefined entity) is parsed leniently, not rejected
+    damaged = good.replace(b"</article-title>", b"&bogus;</article-title>", 1)
+    assert of_kind(list(parse_file("jats", "elife", "d.xml", damaged)), "paper")
+
+
+def _norm_title_by_definition(title):
+    """The title key as METHODS §1.2 defines it, one character at a time (the reader's is a regex)."""
+    import html
+    import unicodedata
+    if not title:
+        return None
+    t = "".join(c for c in unicodedata.normalize("NFKD", html.unescape(title)) if not unicodedata.combining(c)).lower()
+    return " ".join("".join(c if c.isalnum() else " " for c in t).split()) or None
+
+
+def test_norm_title_matches_its_definition_on_every_character_and_mixed_strings():
+    import random
+    import sys
+
+    from importance.ingest.readers.common import norm_title
+
+    for cp in range(0, sys.maxunicode + 1, 7):  # every 7th code point of every plane, each alone and in words
+        c = chr(cp)
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        for s in (c, f"Ab{c}cd_{c}9", f" {c}{c} x"):
+            assert norm_title(s) == _norm_title_by_definition(s), (hex(cp), s)
+    rng = random.Random(0)
+    pool = "aZ9 _-.,:;'\"()[]\t\n&amp;é ü ß Ø ı İ ﬁ ² ½ 日本 ١٢ ά ̈ \u00a0\u2009\u200b—–"
+    for _ in range(5000):
+        s = "".join(rng.choice(pool) for _ in range(rng.randint(0, 30)))
+        assert norm_title(s) == _norm_title_by_definition(s), repr(s)
+    assert norm_title("The  Rôle of  __Café__ &amp; Ca²⁺ (II)") == "the role of cafe ca2 ii"
