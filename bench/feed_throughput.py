@@ -23,7 +23,7 @@ tokenize -> bucket by length -> pad -> pin (pinning only where CUDA is present),
 (encoders.embed.job.device_shape on CUDA: chunks of 8,192 rows, the first ones smaller, batches of
 at most 65,536 tokens cut at 10% padding once they hold 8,192, widths not rounded) and --workers DataLoader
 processes; the model is a null one (the batches are counted, not computed).
-Training feed (encoders.objectives.triplet_table + encoders.train_feed): seeded random triplets
+Training feed (encoders.training.triplet_table + encoders.training.feed): seeded random triplets
 over the corpus, tokenized once into the run's Arrow files, then an epoch of micro-batches of 64
 (and one of 8) triplets collated by --workers processes.
 
@@ -67,8 +67,8 @@ import torch
 from encoders.embed.feed import feed_chunks, plan_input, prepare_chunk
 from encoders.embed.job import CPU_BATCH, device_shape, feed_spec
 from encoders.model import load_encoder
-from encoders.objectives.triplet_table import open_tokens, prepare_tokens
-from encoders.train_feed import RankSampler, micro_batches
+from encoders.training.triplet_table import open_tokens, prepare_tokens
+from encoders.training.feed import RankSampler, micro_batches
 from sciencemap.contracts import SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.text import paper_text

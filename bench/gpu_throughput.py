@@ -23,7 +23,7 @@ weights, the shipped MiniLM's BERT vocabulary) written as a local model director
                  from its summary (feed start-up included), its wall time beside it. The summary's
                  "compiled" says whether the compiled forward ran: a check of its own (a job that fell
                  back to eager measured something else).
-  training       encoders.train.run_train on seeded random triplets of these papers: the seed recipe
+  training       encoders.training.loop.run_train on seeded random triplets of these papers: the seed recipe
                  (8 x 4 accumulation) and micro-batches of 64 (eager, and with --train-compile also
                  compiled); the steps after --warmup-steps are timed between two synchronisations
                  (after_step hook; the last step is left out: validation follows it inside the loop).
@@ -60,9 +60,9 @@ from encoders.embed.feed import plan_input, prepare_chunk
 from encoders.embed.forward import compiled_forward
 from encoders.embed.job import feed_shape, feed_spec
 from encoders.model import load_encoder, resolve_model
-from encoders.objectives.triplet_table import open_tokens
-from encoders.train import run_train
-from encoders.train_feed import shard_order
+from encoders.training.triplet_table import open_tokens
+from encoders.training.loop import run_train
+from encoders.training.feed import shard_order
 from sciencemap.contracts import SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import Dist

@@ -64,7 +64,7 @@ import pandas as pd
 
 from encoders.config import TrainConfig
 from encoders.model import resolve_model
-from encoders.objectives import OBJECTIVES, get_objective
+from encoders.objectives.registry import OBJECTIVES, get_objective
 from encoders.objectives.triplet import DEFAULT_MARGIN
 from sciencemap.contracts import SPLIT_VAL
 from sciencemap.layout import RunLayout
@@ -271,7 +271,7 @@ def results_suffix(args) -> str:
 
 
 def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") -> Path:
-    from encoders.train import TrainConfig, run_train
+    from encoders.training.loop import TrainConfig, run_train
 
     name = model_name(h, seed, objective)
     d = model_dir(args, out, h, seed, objective)

@@ -1,9 +1,9 @@
-"""Training speed: seconds per optimizer step of encoders.train's inner step with a training
+"""Training speed: seconds per optimizer step of encoders.training.loop's inner step with a training
 objective (encoders/objectives; micro-batch of B triplets, accumulation A, max_length L) on real PubMed texts, against a reference measured in the
 same run: the same forward/backward written directly against transformers + torch (no Encoder
 wrapper). Prints s/micro-batch, s/step, triplets/s, tokens/s and ratio reference/ours (>= 1:
 no overhead from the wrapper), and the steps a training budget would plan from these figures
-(encoders.train_budget: --max-hours over the measured s/step, --max-tokens over tokens per step).
+(encoders.training.budget: --max-hours over the measured s/step, --max-tokens over tokens per step).
 
     nice -n 10 .venv/bin/python bench/train_step.py [--model minilm] [--batch 8] [--accum 4] [--max-length 256]
         [--objective triplet|in_batch] [--max-hours 2] [--max-tokens N]
@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from encoders.config import TrainConfig
 from encoders.model import load_encoder, paper_text
-from encoders.objectives import OBJECTIVES, get_objective
-from encoders.objectives.base import TripletBatch
-from encoders.train_budget import hours_steps, token_steps
+from encoders.objectives.registry import OBJECTIVES, get_objective
+from encoders.objectives.batches import TripletBatch
+from encoders.training.budget import hours_steps, token_steps
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
@@ -94,7 +94,7 @@ def main() -> None:
     ours = timed(True)
     per_step_triplets = B * A
     print(f"reference (plain transformers loop): {ref:.2f} s/step, {ref / A:.2f} s/micro-batch")
-    print(f"encoders.train step:                 {ours:.2f} s/step, {ours / A:.2f} s/micro-batch, "
+    print(f"encoders.training.loop step:                 {ours:.2f} s/step, {ours / A:.2f} s/micro-batch, "
           f"{per_step_triplets / ours:.2f} triplets/s")
     if tokens:
         print(f"tokens/s (ours): {tokens / args.steps / ours:.0f}")

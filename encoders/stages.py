@@ -25,7 +25,7 @@ def _crash_hook():
 
 
 def _train(cfg, layout, ctx):
-    from encoders.train import run_train
+    from encoders.training.loop import run_train
 
     return run_train(cfg, layout, after_step=_crash_hook())
 

@@ -137,6 +137,12 @@ def embeddings_schema(dim: int, dtype: pa.DataType = pa.float32()) -> pa.Schema:
     return pa.schema([("paper_id", pa.string()), ("vector", pa.list_(dtype, dim))])
 
 
+def view_schema(dim: int, dtype: pa.DataType = pa.float32()) -> pa.Schema:
+    """Shards of a named view (`embeddings/views/<name>/`, encoders.embed.views): K rows a paper,
+    one per key (a facet, a head), in the main shard's paper order."""
+    return pa.schema([("paper_id", pa.string()), ("key", pa.string()), ("vector", pa.list_(dtype, dim))])
+
+
 # ---------------------------------------------------------------- metadata keys and side files
 
 # Parquet key-value metadata on every triplets part file: the sampling settings (K, H, margin,

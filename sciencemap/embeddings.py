@@ -6,6 +6,10 @@ Written by the embed stage (encoders.embed) as Parquet shards `part-NNNNN.parque
 every shard is written. Only a complete run is read, and only the shards its manifest lists.
 A directory without a manifest (vectors made by another tool, test inputs) is read whole: every
 `part-*.parquet` in name order.
+
+Named views (`views/<name>/`, written beside the main vectors by an objective that declares them,
+encoders.embed.views): the same shards and manifest with a `key` column, K rows a paper (a facet,
+a head); read with `load_embeddings(..., view=name)` or `load_view`.
 """
 from __future__ import annotations
 
@@ -77,14 +81,26 @@ def load_embedding_ids(where: RunLayout | str | os.PathLike) -> np.ndarray:
     return _unique(np.concatenate(ids).astype(object) if ids else np.zeros(0, object), d)
 
 
-def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """(paper ids as an object array, float32 matrix n x dim) of a finished embed run, in shard
-    (= input) order. float16 shards are widened to float32."""
+def view_names(where: RunLayout | str | os.PathLike) -> list[str]:
+    """The named views an embed run wrote beside its main vectors."""
+    d = embeddings_dir(where) / "views"
+    return sorted(p.name for p in d.iterdir() if (p / EMBEDDINGS_MANIFEST).is_file()) if d.is_dir() else []
+
+
+def _view_dir(where, view: str) -> Path:
     d = embeddings_dir(where)
+    if view not in view_names(d):
+        raise UserError(f"no view {view!r} in {d} (views: {', '.join(view_names(d)) or 'none'}); the model's "
+                        "objective writes its views when the embed stage runs")
+    return d / "views" / view
+
+
+def _read_vectors(d: Path, columns: list[str]) -> tuple[dict, np.ndarray]:
     shards, dim = embedding_shards(d)
-    ids, blocks = [], []
+    cols: dict[str, list] = {c: [] for c in columns}
+    blocks = []
     for s in shards:
-        t = pq.read_table(s, columns=["paper_id", "vector"])
+        t = pq.read_table(s, columns=[*columns, "vector"])
         col = t.column("vector").combine_chunks()
         if dim is None and pa.types.is_fixed_size_list(col.type):
             dim = col.type.list_size
@@ -93,7 +109,26 @@ def load_embeddings(where: RunLayout | str | os.PathLike) -> tuple[np.ndarray, n
                             "shards come from different runs: re-run the embed stage with --restart")
         flat = col.flatten().to_numpy(zero_copy_only=False)
         blocks.append(np.asarray(flat, dtype=np.float32).reshape(len(t), dim))
-        ids.append(t.column("paper_id").to_numpy(zero_copy_only=False))
-    pid = _unique(np.concatenate(ids).astype(object) if ids else np.zeros(0, object), d)
+        for c in columns:
+            cols[c].append(t.column(c).to_numpy(zero_copy_only=False))
+    out = {c: np.concatenate(v).astype(object) if v else np.zeros(0, object) for c, v in cols.items()}
     X = np.ascontiguousarray(np.concatenate(blocks)) if blocks else np.zeros((0, dim or 0), np.float32)
-    return pid, X
+    return out, X
+
+
+def load_embeddings(where: RunLayout | str | os.PathLike, view: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(paper ids as an object array, float32 matrix n x dim) of a finished embed run, in shard
+    (= input) order. float16 shards are widened to float32. `view`: a named view's rows instead
+    (a paper once per key, in key order; the keys: load_view)."""
+    if view is not None:
+        ids, _, X = load_view(where, view)
+        return ids, X
+    d = embeddings_dir(where)
+    cols, X = _read_vectors(d, ["paper_id"])
+    return _unique(cols["paper_id"], d), X
+
+
+def load_view(where: RunLayout | str | os.PathLike, view: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(paper ids, keys, float32 vectors) of a named view, K rows a paper."""
+    cols, X = _read_vectors(_view_dir(where, view), ["paper_id", "key"])
+    return cols["paper_id"], cols["key"], X

@@ -106,7 +106,7 @@ class RunLayout:
 
     @property
     def train_tokens_dir(self) -> Path:
-        """The training triplets tokenized once (encoders.objectives.triplet_table), cached by fingerprint."""
+        """The training triplets tokenized once (encoders.training.triplet_table), cached by fingerprint."""
         return self.root / "train_tokens"
 
     @property

@@ -30,6 +30,8 @@ from encoders.config import EmbedConfig, TrainConfig
 from encoders.embed.feed import Chunk, FeedShape, FeedSpec, InputPlan, feed_chunks, plan_input
 from encoders.embed.forward import check_compile_mode, compile_outcome, embed_batches, inference_forward
 from encoders.embed.shards import close_output, make_record, note_written, open_output, skips, write_shard
+from encoders.embed.views import (ViewsForward, objective_views, split, view_dir, width, write_view_manifests,
+                                  write_view_shard)
 from encoders.model import Encoder, load_encoder, model_hash, resolve_model, resolve_precision
 from sciencemap.contracts import EMBEDDING_DTYPES, EMBEDDINGS_FORMAT, MODEL_CARD
 from sciencemap.layout import RunLayout
@@ -194,8 +196,15 @@ def run_embed(cfg: EmbedConfig, layout: RunLayout,
         dist.close()
 
 
+def _vector_note(enc: Encoder, objective, specs: dict) -> dict:
+    """How the main vector is made, and the views beside it (the manifest's "vector" and "views")."""
+    return {"vector": {"from": "the encoder's last hidden states", "pooling": enc.pooling,
+                       "objective": objective.name if objective is not None else None},
+            "views": {name: {"keys": list(v.keys), "dim": v.dim} for name, v in specs.items()}}
+
+
 def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision: str, shape: FeedShape,
-                   dist: Dist) -> tuple[InputPlan, dict, set[int]]:
+                   dist: Dist, views: dict) -> tuple[InputPlan, dict, set[int]]:
     """Rank 0 plans the input and opens the output; the others wait for its answer (or its error)."""
     answer = None
     if dist.main:
@@ -206,6 +215,7 @@ def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision:
                 "dim": enc.dim, "pooling": enc.pooling, "dtype": cfg.dtype, "precision": precision,
                 "max_length": enc.max_length, "shard_size": cfg.shard_size,
                 "n_shards": plan.n_shards(cfg.shard_size), "input": plan.fingerprint, "world_size": dist.world,
+                **views,
             }
             manifest, done = open_output(layout.embeddings_dir, expected, {**asdict(cfg), "resolved": asdict(shape)},
                                          cfg.restart)
@@ -256,10 +266,14 @@ class ShardOutput:
         return host, event
 
 
-def _write(out, k: int, ids: list[str], host: torch.Tensor, event, record: dict) -> None:
+def _write(out, k: int, ids: list[str], host: torch.Tensor, event, record: dict, dim: int, specs: dict) -> None:
+    """Shard k's views first, then its main vectors: a main shard on disk is a finished shard."""
     if event is not None:
         event.synchronize()
-    write_shard(out, k, ids, host.numpy(), record)
+    main, views = split(host.numpy(), dim, specs) if specs else (host.numpy(), {})
+    for name, vectors in views.items():
+        write_view_shard(view_dir(out, name), k, ids, specs[name].keys, vectors, record)
+    write_shard(out, k, ids, main, record)
 
 
 def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
@@ -269,7 +283,9 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     precision = resolve_precision(cfg.precision, enc.device)
     shape = feed_shape(cfg, enc, dist)
     out = layout.embeddings_dir
-    plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, shape, dist)
+    objective, specs = objective_views(enc)
+    plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, shape, dist,
+                                          _vector_note(enc, objective, specs))
     n_shards, mhash = manifest["n_shards"], manifest["model_hash"]
 
     todo = [k for k in range(n_shards) if k % world == rank and k not in done]
@@ -312,14 +328,16 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
             for chunk in chunks:
                 if forward is None:   # the first chunk tells how many tokens this rank has to embed
                     est = round(chunk.tokens / max(chunk.hi - chunk.lo, 1) * rows_todo)
-                    forward = inference_forward(enc, cfg.compile, est)
+                    # with views, one eager forward gives the main vector and the views
+                    forward = ViewsForward(enc, objective, specs) if specs else \
+                        inference_forward(enc, cfg.compile, est)
                     say(f"embed: ~{est:,} tokens to embed: "
                         f"{'torch.compile' if compile_outcome(forward)['compiled'] else 'eager'} forward "
                         f"(compile {cfg.compile})", rank, world)
                 if current is None:
                     current = ShardOutput(chunk.k, chunk.lo)
                 progress.padded += chunk.padded_tokens
-                current.add(chunk, embed_batches(forward, chunk.batches, len(chunk.ids), enc.dim,
+                current.add(chunk, embed_batches(forward, chunk.batches, len(chunk.ids), width(enc.dim, specs),
                                                  enc.device, progress.batch))
                 if not chunk.last:
                     continue
@@ -328,7 +346,8 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
                                      current.content_sha256(), current.tokens, mhash)
                 if pending is not None:   # the previous shard's write overlapped this shard's forward
                     finish(pending)
-                pending = (writer.submit(_write, out, current.k, current.ids, host, event, record), current, record)
+                pending = (writer.submit(_write, out, current.k, current.ids, host, event, record, enc.dim, specs),
+                           current, record)
                 current = None
             if pending is not None:
                 p, pending = pending, None
@@ -340,6 +359,8 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     dist.barrier()
     # Rank 0 reads every shard's footer once and finalises; the others report their own share.
     records = close_output(out, manifest) if dist.main else own
+    if dist.main and specs:
+        write_view_manifests(out, manifest, specs, objective.name, manifest["complete"])
     reasons, listed = skips(records)
     s = progress.seconds
     return {"embeddings_dir": str(out), "papers": sum(r["papers"] for r in records.values()),  # rank 0: all
@@ -352,4 +373,4 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
             **compile_outcome(forward), "feed": asdict(shape),
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
-            "model_hash": mhash, "config": asdict(cfg)}
+            "model_hash": mhash, "views": sorted(specs), "config": asdict(cfg)}

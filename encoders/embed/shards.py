@@ -11,6 +11,7 @@ the vectors changed.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -95,6 +96,7 @@ def open_output(out: Path, expected: dict, settings: dict, restart: bool) -> tup
     else:
         for old_part in out.glob("part-*.parquet"):
             old_part.unlink()
+        shutil.rmtree(out / "views", ignore_errors=True)   # views are shards of the same job
     done = set(finished_shards(out, expected["model_hash"], expected["shard_size"]))
     manifest = {**expected, "finished_shards": sorted(done),
                 "complete": len(done) == expected["n_shards"], "settings": settings}

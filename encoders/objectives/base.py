@@ -1,15 +1,21 @@
 """The objective protocol: what the training loop asks of a training objective.
 
-An objective reads the `triplets` table (joined to paper text, encoders.objectives.triplet_table),
+An objective reads the `triplets` table (joined to paper text, encoders.training.triplet_table),
 turns rows into micro-batches, computes its loss on the pooled vectors, validates, and says what
-goes into the model card. The loop owns everything else: optimizer, schedule, processes,
-checkpoints, export. Torch is imported by the concrete objectives, not here (the registry's names
-are read by encoders.config, which must import without torch).
+goes into the model card. It may own parts beside the encoder (`parts`): trainable modules with
+their own learning rate (facet anchors, a projection head, a predictor), which the loop puts in the
+optimizer, the gradient clipping, DistributedDataParallel, the checkpoints and the exported model;
+and modules saved but not trained (an EMA copy of the encoder), which it updates in `after_step`.
+The loop owns everything else: optimizer, schedule, processes, checkpoints, export. Torch is
+imported by the concrete objectives, not here (the registry's names are read by encoders.config,
+which must import without torch).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+
+from encoders.objectives.batches import TripletBatch
 
 if TYPE_CHECKING:
     import torch
@@ -19,20 +25,25 @@ if TYPE_CHECKING:
     from sciencemap.layout import RunLayout
 
 
+@dataclass
+class Part:
+    """A module an objective owns beside the encoder. trainable: in the optimizer (at `lr`, None =
+    the run's lr, following the same schedule; `weight_decay` None = the run's, never on biases and
+    norms), clipped with the encoder, wrapped by DistributedDataParallel; else saved but not
+    trained (its values come from `after_step`). Every part is checkpointed and exported."""
+
+    module: "torch.nn.Module"
+    trainable: bool = True
+    lr: float | None = None
+    weight_decay: float | None = None
+
+
 @dataclass(frozen=True)
-class TripletBatch:
-    """One micro-batch of triplets: paper ids (for masking duplicates) and texts (or their token
-    ids, in validation), in row order."""
+class ViewSpec:
+    """A named view's keys (one vector per key and paper: facets, a head) and width."""
 
-    anchor_ids: Sequence[str]
-    positive_ids: Sequence[str]
-    negative_ids: Sequence[str]
-    anchors: Sequence[str]
-    positives: Sequence[str]
-    negatives: Sequence[str]
-
-    def __len__(self) -> int:
-        return len(self.anchors)
+    keys: tuple[str, ...]
+    dim: int
 
 
 class Objective:
@@ -48,6 +59,40 @@ class Objective:
 
     def __init__(self, cfg: "TrainConfig"):
         self.cfg = cfg
+        self._parts: dict[str, Part] = {}
+        self._running: dict = {}     # a part as the loop runs it (DDP-wrapped), by name
+
+    # -- parts beside the encoder
+    def build(self, enc: "Encoder") -> dict[str, Part]:
+        """The objective's parts, made once the encoder is loaded (its width, its weights), on the
+        encoder's device; seeded by the run (the loop seeds torch before). None by default."""
+        return {}
+
+    @property
+    def parts(self) -> dict[str, Part]:
+        return self._parts
+
+    def set_up(self, enc: "Encoder") -> None:
+        """Called by the loop once: build the parts and move them to the encoder's device."""
+        self._parts = {name: part for name, part in self.build(enc).items()}
+        for part in self._parts.values():
+            part.module.to(enc.device)
+            part.module.requires_grad_(part.trainable)
+        self._running = {}
+
+    def part(self, name: str) -> "torch.nn.Module":
+        """The part to call in the loss: as the loop runs it (wrapped for several processes) or itself."""
+        return self._running[name] if name in self._running else self._parts[name].module
+
+    def after_step(self, enc: "Encoder", step: int, total: int) -> None:
+        """After each optimizer step (`step` done of `total` planned): update what is not trained
+        (an EMA target), advance a schedule of the objective's own. Nothing by default."""
+
+    def parts_card(self) -> dict:
+        """What the model card says of the parts (names, sizes, learning rates)."""
+        return {name: {"trainable": p.trainable, "parameters": sum(t.numel() for t in p.module.parameters()),
+                       **({"lr": p.lr or self.cfg.lr} if p.trainable else {})}
+                for name, p in self._parts.items()}
 
     # -- settings
     @classmethod
@@ -64,12 +109,32 @@ class Objective:
 
     def card(self) -> dict:
         """The model card's "objective" entry (sciencemap.contracts.MODEL_CARD)."""
-        return {"name": self.name, "settings": self.settings(), "score": self.score_name}
+        out = {"name": self.name, "settings": self.settings(), "score": self.score_name}
+        return {**out, "parts": self.parts_card()} if self._parts else out
+
+    # -- at embed time
+    def view_specs(self, enc: "Encoder") -> dict:
+        """Named views the embed stage writes beside the main vector (name -> ViewSpec: keys and
+        width), from the same forward (encoders.embed.views); none by default."""
+        return {}
+
+    def view_vectors(self, name: str, input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
+                     hidden: "torch.Tensor", pooled: "torch.Tensor") -> "torch.Tensor":
+        """View `name` of a batch (B x K x dim) from its tokens, the encoder's last hidden states and
+        the pooled main vectors."""
+        raise NotImplementedError
+
+    # -- the batches
+    def collate(self, data, pad_id: int, bucket_tokens: int):
+        """What turns a micro-batch's train rows into the batch `batch_loss` reads (run in the
+        loader's worker processes); None: the triplets' papers, tokenized and padded
+        (encoders.training.feed.Collate)."""
+        return None
 
     # -- the forward
     def vectors(self, enc: "Encoder", batch):
         """Anchor, positive and negative vectors from one forward pass (one padded batch): a
-        pre-tokenized encoders.train_feed.TokenBatch (training), or a TripletBatch of texts."""
+        pre-tokenized encoders.training.feed.TokenBatch (training), or a TripletBatch of texts."""
         if hasattr(batch, "pooled"):
             vec = batch.pooled(enc)
         else:

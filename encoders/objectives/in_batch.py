@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from sciencemap.runtime import UserError
 
-from encoders.objectives.base import Objective, TripletBatch
+from encoders.objectives.base import Objective
+from encoders.objectives.batches import TripletBatch
 
 
 def false_negative_mask(batch: TripletBatch) -> torch.Tensor:

@@ -22,7 +22,8 @@ from sciencemap.contracts import TRIPLETS_META_KEY
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_json_metadata
 
-from encoders.objectives.base import Objective, TripletBatch
+from encoders.objectives.base import Objective
+from encoders.objectives.batches import TripletBatch
 
 DEFAULT_MARGIN = 1.0  # when neither the setting nor the triplets' metadata gives one
 

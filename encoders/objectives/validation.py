@@ -3,10 +3,15 @@ accuracy (the positive scores above the negative) overall and per negative kind,
 each anchor's positive among all validation candidates, ranked by the objective's own score."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
-from encoders.objectives.base import Objective, TripletBatch
+from encoders.objectives.batches import TripletBatch
+
+if TYPE_CHECKING:
+    from encoders.objectives.base import Objective
 
 
 def retrieval_metrics(vectors: torch.Tensor, index: dict[str, int], data: dict, score_matrix) -> dict:
@@ -39,7 +44,7 @@ def retrieval_metrics(vectors: torch.Tensor, index: dict[str, int], data: dict, 
 @torch.inference_mode()
 def evaluate(objective: Objective, enc, data: dict, batch_size: int = 32) -> dict:
     """The objective's loss, triplet accuracy and retrieval on `data`: ids (ai, pi, ni), kind, and
-    `tokens` (paper id -> token ids; encoders.objectives.triplet_table). Each distinct paper is
+    `tokens` (paper id -> token ids; encoders.training.triplet_table). Each distinct paper is
     embedded once, in batches of `batch_size` padded to their longest."""
     n = len(data["ai"])
     if n == 0:

@@ -423,7 +423,7 @@ VAL_COLUMNS = ("val_loss", "val_accuracy", "val_accuracy_hard", "val_accuracy_ea
 
 
 def steps_read_line(end: dict) -> str:
-    """One line from the training log's `end` record (encoders.train)."""
+    """One line from the training log's `end` record (encoders.training.loop)."""
     stopped = f", stopped at {_fmt(end['steps_done'])} by the max_hours wall clock" if end.get("budget_stopped") else ""
     sample = (f", a seeded sample of the {_fmt(end['train_triplets_available'])} available"
               if end.get("sample_triplets") else "")

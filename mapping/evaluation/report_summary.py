@@ -15,7 +15,7 @@ from sciencemap.contracts import EMBEDDINGS_MANIFEST
 from sciencemap.layout import RunLayout
 from sciencemap.storage import read_table
 
-# a model card beside the weights says how they were trained (encoders.export writes it)
+# a model card beside the weights says how they were trained (encoders.training.export writes it)
 MODEL_CARD = "sciencemap.json"
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.checkpoints import (PLAIN, STATE, checkpoint_dirs, load_checkpoint, rng_state, save_checkpoint,
+from encoders.training.checkpoints import (PLAIN, STATE, checkpoint_dirs, load_checkpoint, rng_state, save_checkpoint,
                                   set_rng_state)
 
 

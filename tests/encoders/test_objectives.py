@@ -13,12 +13,12 @@ import torch
 
 from encoders.config import TrainConfig
 from encoders.model import load_encoder, paper_text
-from encoders.objectives import OBJECTIVES, get_objective
-from encoders.objectives.base import TripletBatch
+from encoders.objectives.registry import OBJECTIVES, get_objective
+from encoders.objectives.batches import TripletBatch
 from encoders.objectives.in_batch import InBatchObjective, false_negative_mask
 from encoders.objectives.triplet import TripletObjective
-from encoders.objectives.triplet_table import data_digest
-from encoders.train import TRAJECTORY_FIELDS, fingerprint, read_log, run_train
+from encoders.training.triplet_table import data_digest
+from encoders.training.loop import TRAJECTORY_FIELDS, fingerprint, read_log, run_train
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
@@ -128,7 +128,7 @@ def test_jobs_train_objective_in_batch_writes_a_model_card_naming_it(tmp_path, r
 
 
 def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
-    with pytest.raises(UserError, match=r"training objective 'nope' is unknown; use one of triplet, in_batch"):
+    with pytest.raises(UserError, match=r"training objective 'nope' is unknown; use one of triplet, in_batch, ema_head"):
         run_train(TrainConfig(objective="nope"), RunLayout(tmp_path / "none"))
     p = subprocess.run([sys.executable, "jobs/train.py", "--run", str(tmp_path / "x"), "--objective", "nope"],
                        cwd=repo_root, capture_output=True, text=True, timeout=120)
@@ -136,7 +136,7 @@ def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
     assert OBJECTIVES[0] == "triplet" and TrainConfig().objective == "triplet"
     helptext = subprocess.run([sys.executable, "jobs/train.py", "--help"], cwd=repo_root, capture_output=True,
                               text=True, timeout=120).stdout
-    assert "--objective {triplet,in_batch}" in helptext and "--in-batch-scale" in helptext
+    assert "--objective {triplet,in_batch,ema_head}" in helptext and "--in-batch-scale" in helptext
 
 
 def test_fingerprint_names_the_objective_and_its_settings():

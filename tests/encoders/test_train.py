@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.checkpoints import load_checkpoint
+from encoders.training.checkpoints import load_checkpoint
 from encoders.config import TrainConfig
 from encoders.embed import EmbedConfig, run_embed
 from encoders.model import load_encoder, paper_text
-from encoders.objectives.base import TripletBatch
+from encoders.objectives.batches import TripletBatch
 from encoders.objectives.triplet import TripletObjective
 from encoders.objectives.validation import retrieval_metrics
-from encoders.objectives.triplet_table import data_digest, open_tokens, prepare_tokens
-from encoders.train import read_log, run_train
-from encoders.train_feed import RankSampler, micro_batches, shard_order
+from encoders.training.triplet_table import data_digest, open_tokens, prepare_tokens
+from encoders.training.loop import read_log, run_train
+from encoders.training.feed import RankSampler, micro_batches, shard_order
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError

@@ -1,4 +1,4 @@
-"""Training bounded by a budget (encoders.train_budget): real MiniLM steps on real PubMed texts
+"""Training bounded by a budget (encoders.training.budget): real MiniLM steps on real PubMed texts
 (max_length 32); the expected step counts are computed from the tokenized data, not written down."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from encoders.config import TrainConfig
-from encoders.objectives.triplet_table import open_tokens, sample_anchors
-from encoders.train import read_log, run_train
-from encoders.train_budget import PLAN
+from encoders.training.triplet_table import open_tokens, sample_anchors
+from encoders.training.loop import read_log, run_train
+from encoders.training.budget import PLAN
 from mapping.evaluation.evaluate import train_section
 from sciencemap.contracts import MODEL_CARD
 from sciencemap.runtime import UserError

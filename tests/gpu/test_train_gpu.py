@@ -8,7 +8,7 @@ import numpy as np
 
 from encoders.config import EmbedConfig, TrainConfig
 from encoders.embed import run_embed
-from encoders.train import run_train
+from encoders.training.loop import run_train
 from sciencemap.embeddings import load_embeddings
 
 STEPS = 6

@@ -11,10 +11,20 @@ from sciencemap.storage import atomic_dir, atomic_file
 from encoders.model import Encoder
 
 
-def save_model(enc: Encoder, dest: Path, card: dict) -> Path:
+PARTS_FILE = "objective_parts.safetensors"
+
+
+def save_model(enc: Encoder, dest: Path, card: dict, parts: dict | None = None) -> Path:
     """Write a Hugging Face model directory (safetensors + tokenizer) atomically, plus the
-    sentence-transformers files (modules.json, pooling config) so that it loads there too."""
+    sentence-transformers files (modules.json, pooling config) so that it loads there too. `parts`:
+    the objective's modules beside the encoder (name -> module), into PARTS_FILE as
+    `<name>.<parameter or buffer>` tensors (read back by load_parts)."""
     with atomic_dir(dest) as tmp:
+        if parts:
+            from safetensors.torch import save_file
+
+            save_file({f"{name}.{k}": v.detach().cpu().contiguous() for name, m in parts.items()
+                       for k, v in m.state_dict().items()}, str(tmp / PARTS_FILE))
         enc.model.save_pretrained(tmp)
         enc.tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2, default=str))
@@ -34,6 +44,15 @@ def save_model(enc: Encoder, dest: Path, card: dict) -> Path:
             "pooling_mode_mean_sqrt_len_tokens": False,
         }, indent=2))
     return Path(dest)
+
+
+def load_parts(model_dir: Path, parts: dict) -> None:
+    """Load an exported model's objective parts into `parts` (name -> module of the same shape)."""
+    from safetensors.torch import load_file
+
+    flat = load_file(str(Path(model_dir) / PARTS_FILE))
+    for name, module in parts.items():
+        module.load_state_dict({k[len(name) + 1:]: v for k, v in flat.items() if k.startswith(name + ".")})
 
 
 def plot_curve(log: list[dict], dest: Path, objective: str = "triplet") -> Path:

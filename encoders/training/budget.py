@@ -5,7 +5,7 @@ linear decay) is planned for the real length and a resumed run follows the same 
     probe     the train triplets of the first anchors in the seeded sample order
               (triplet_table.sample_anchors), enough for PROBE_STEPS + 1 steps and at least
               PROBE_TRIPLETS, tokenized apart: their mean tokens per paper, and for max_hours the
-              seconds per optimizer step, timed on them (encoders.train.time_steps)
+              seconds per optimizer step, timed on them (encoders.training.loop.time_steps)
     plan      budget steps = min(max_tokens / tokens per step, max_hours / seconds per step); when
               they are fewer than one pass over the table, a seeded sample of whole anchors'
               triplets (SAMPLE_SPARE more than the steps read) becomes the train data, and only it
@@ -32,9 +32,9 @@ from sciencemap.runtime import Dist, UserError, say
 from sciencemap.storage import write_json_atomic
 
 from encoders.config import TrainConfig
-from encoders.objectives import triplet_table
-from encoders.objectives.triplet_table import TripletTokens, open_tokens
-from encoders.train_feed import shard_order
+from encoders.training import triplet_table
+from encoders.training.triplet_table import TripletTokens, open_tokens
+from encoders.training.feed import shard_order
 
 PROBE_STEPS = 2          # timed steps, after one untimed (allocations, kernel choice)
 PROBE_TRIPLETS = 1024    # for a steady mean of tokens per paper

@@ -13,7 +13,7 @@ The fingerprint covers the triplets and papers tables' files (names, sizes, modi
 the tokenizer's files, max_length, the separator, val_max, the seed and the sample size; a run with
 the same inputs and settings reuses the files, anything else rebuilds them (only the newest is kept).
 
-A training budget (encoders.train_budget) may ask for a sample: the train triplets of whole anchors
+A training budget (encoders.training.budget) may ask for a sample: the train triplets of whole anchors
 taken in a seeded random order until they hold the number asked for (sample_anchors). Only the
 sample's papers (and those of the val_max validation triplets) are then read and tokenized. Rank 0 builds,
 every rank then memory-maps the Arrow files: a rank touches only the rows it trains on, never the

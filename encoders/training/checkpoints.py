@@ -6,7 +6,7 @@ and is read with `torch.load(weights_only=True)`, which runs no pickled code; wh
 (the step, the seconds, NumPy's and Python's RNG states) is in state.json beside it.
 
 A checkpoint holds model, optimizer, scheduler, every rank's RNG states and the step, which fixes
-the data position (the order is a pure function of seed, epoch and rank: encoders.train_feed.shard_order).
+the data position (the order is a pure function of seed, epoch and rank: encoders.training.feed.shard_order).
 meta.json carries the fingerprint of the settings, data and world size that wrote it; only a
 checkpoint with the current fingerprint is resumed from.
 """

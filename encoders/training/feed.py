@@ -1,4 +1,4 @@
-"""The training feed: this rank's micro-batches of tokenized triplets (encoders.objectives.triplet_table),
+"""The training feed: this rank's micro-batches of tokenized triplets (encoders.training.triplet_table),
 collated ahead of the model by DataLoader workers.
 
     RankSampler   this rank's rows of an epoch: a seeded permutation padded cyclically to a multiple
@@ -22,7 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from encoders.embed.feed import Batch, pad_batch, token_budget_batches
 from encoders.model import pad_rows
-from encoders.objectives.triplet_table import TripletTokens
+from encoders.training.triplet_table import TripletTokens
 
 
 def shard_order(n: int, seed: int, epoch: int, rank: int = 0, world: int = 1) -> np.ndarray:
@@ -131,13 +131,14 @@ class Collate:
 
 
 def micro_batches(data: TripletTokens, sampler: RankSampler, epoch: int, batch_size: int, start: int,
-                  pad_id: int, workers: int, pin: bool, bucket_tokens: int = 0) -> Iterator[TokenBatch]:
+                  pad_id: int, workers: int, pin: bool, bucket_tokens: int = 0, collate=None) -> Iterator[TokenBatch]:
     """Micro-batches `start`, `start + 1`, ... of this rank's `epoch`, collated by `workers`
     processes (0: in this process) and pinned when `pin`; bucket_tokens > 0: each as length-sorted
-    forwards of at most that many padded tokens."""
+    forwards of at most that many padded tokens. `collate`: an objective's own (rows -> batch)."""
     sampler.set_epoch(epoch)
     batches = list(islice(BatchSampler(sampler, batch_size, drop_last=False), start, None))
-    loader = DataLoader(_Rows(len(data.train["a"])), batch_sampler=batches, collate_fn=Collate(data, pad_id, bucket_tokens),
+    loader = DataLoader(_Rows(len(data.train["a"])), batch_sampler=batches,
+                        collate_fn=collate or Collate(data, pad_id, bucket_tokens),
                         num_workers=workers, pin_memory=pin, prefetch_factor=4 if workers else None,
                         multiprocessing_context="fork" if workers else None,
                         # its own generator: a loader draws a seed when it starts, and from the global

@@ -1,0 +1,75 @@
+"""The worked example of an objective with parts (encoders.objectives.base.Part): the seed's
+triplet margin loss on the encoder, plus a trainable prediction head that maps the anchor's vector
+to an EMA target encoder's vector of the positive (the self-distillation pattern of BYOL and of
+JEPA-style objectives such as SciJEPa, METHODS.md §8).
+
+- head: Linear(d, d) - GELU - Linear(d, d), trained at HEAD_LR (its own learning rate, on the
+  run's schedule), in the optimizer, the clipping, DDP, the checkpoints and the export;
+- target: a copy of the encoder, never trained: after every optimizer step it moves towards the
+  encoder by an exponential moving average whose decay rises from EMA_DECAY[0] to EMA_DECAY[1] on a
+  cosine of step / total steps; in eval mode (no dropout), without gradients;
+- loss: triplet(a, p, n) + PREDICT_WEIGHT * (1 - cos(head(a), target(p))).
+
+The encoder is what the run exports as its model and embeds; head and target are exported beside
+it (encoders.training.export.PARTS_FILE), and the embed stage writes the head's output as the view
+"head" (one key, "head", per paper: encoders.embed.views). It has no settings of its own (its constants are fixed),
+so it adds none to TrainConfig.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+
+from encoders.objectives.base import Part, ViewSpec
+from encoders.objectives.triplet import TripletObjective
+
+EMA_DECAY = (0.99, 1.0)
+HEAD_LR = 1e-3
+PREDICT_WEIGHT = 1.0
+
+
+class EmaHeadObjective(TripletObjective):
+    name = "ema_head"
+
+    def build(self, enc) -> dict[str, Part]:
+        d = enc.dim
+        head = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.Linear(d, d))
+        target = copy.deepcopy(enc.model).eval()
+        return {"head": Part(head, lr=HEAD_LR), "target": Part(target, trainable=False)}
+
+    def decay(self, step: int, total: int) -> float:
+        lo, hi = EMA_DECAY
+        return hi - (hi - lo) * (math.cos(math.pi * min(step, total) / max(total, 1)) + 1) / 2
+
+    def batch_loss(self, enc, batch) -> torch.Tensor:
+        a, p, n = self.vectors(enc, batch)
+        k = len(batch)
+        with torch.no_grad():
+            target_enc = dataclasses.replace(enc, model=self.part("target"))
+            if hasattr(batch, "pooled"):     # tokenized (training): the 3k papers as the encoder read them
+                target_p = batch.pooled(target_enc)[k:2 * k]
+            else:
+                target_p = target_enc.embed_texts(list(batch.positives))
+        predicted = self.part("head")(a)
+        predict = 1 - F.cosine_similarity(predicted, target_p, dim=-1).mean()
+        return self.loss(a, p, n, batch) + PREDICT_WEIGHT * predict
+
+    def view_specs(self, enc) -> dict:
+        return {"head": ViewSpec(keys=("head",), dim=enc.dim)}
+
+    def view_vectors(self, name, input_ids, attention_mask, hidden, pooled) -> torch.Tensor:
+        return self.part("head")(pooled)[:, None, :]
+
+    @torch.no_grad()
+    def after_step(self, enc, step: int, total: int) -> None:
+        decay = self.decay(step, total)
+        target = self.parts["target"].module
+        for t, o in zip(target.parameters(), enc.model.parameters()):
+            t.mul_(decay).add_(o.detach(), alpha=1 - decay)
+
+
+OBJECTIVE = EmaHeadObjective
