@@ -38,7 +38,7 @@ from lxml import etree
 from importance.ingest.classify import classify_table
 from importance.ingest.readers.jats import block_text, top_blocks
 from importance.ingest.section_training import (DEFAULT_DATA, DEFAULT_DEV, DEFAULT_HAND, ELIFE_TAR, PMC_DIR, TrainSettings,
-                                         predict, read_labelled, read_tsv, train)
+                                                predict, read_labelled, read_tsv, train)
 from importance.ingest.headings import CLASSES, class_from_heading, class_from_sec_type
 from importance.ingest.sections import classify_sections, macro_f1
 from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path

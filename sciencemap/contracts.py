@@ -68,6 +68,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("section_title", pa.string()), ("section_type", pa.string()),
         ("section_class", pa.string()), ("position", pa.int32()),
     ]),
+    # Opt-in ([ingest] keep_sections): each top-level section of a paper read in full, in order.
+    # class_source: what decided section_class (sec_type, heading, appendix, model, position);
+    # sentences: the section's running text, a sentence an item (METHODS.md §1.5).
+    "sections": pa.schema([
+        ("paper_id", pa.string()), ("position", pa.int32()), ("title", pa.string()),
+        ("section_class", pa.string()), ("class_source", pa.string()), ("sentences", pa.list_(pa.string())),
+    ]),
     # Every input record that did not become a row of an output table, with the reason.
     "rejects": pa.schema([
         ("source_file", pa.string()), ("record_id", pa.string()),

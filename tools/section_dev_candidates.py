@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 from importance.ingest.section_training import (CLSCISUMM_TAR, SCISUMMNET_TAR, UNARXIVE_TAR, read_tsv, scisumm_sections,
-                                         unarxive_sections)
+                                                unarxive_sections)
 from importance.ingest.headings import heading_kind
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -49,7 +49,7 @@ from sciencemap.runtime import Dist, UserError, init_dist, say
 from sciencemap.storage import sweep_temporaries, write_text_atomic
 
 from encoders.training.checkpoints import (checkpoint_dirs, find_checkpoint, load_checkpoint, remove_checkpoints,
-                                  rng_state, save_checkpoint, set_rng_state)
+                                           rng_state, save_checkpoint, set_rng_state)
 from encoders.config import TrainConfig
 from encoders.training.export import plot_curve, save_model
 from encoders.model import Encoder, load_encoder
@@ -57,7 +57,7 @@ from encoders.objectives.base import Objective
 from encoders.objectives.registry import get_objective
 from encoders.training.triplet_table import TripletTokens, open_tokens, prepare_tokens
 from encoders.training.budget import (PROBE_STEPS, WALL_CLOCK_SLACK, budget_steps, check_budget, has_budget,
-                                   plan_budget, seen)
+                                      plan_budget, seen)
 from encoders.training.feed import RankSampler, micro_batches
 
 # Settings that change the training trajectory whatever the objective: a checkpoint is only

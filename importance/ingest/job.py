@@ -1,4 +1,5 @@
-"""Ingest stage: input files -> papers, references, mentions, rejects, warnings, files (+ ingest_summary.json).
+"""Ingest stage: input files -> papers, references, mentions, rejects, warnings, files (+ ingest_summary.json),
+and sections when asked (`keep_sections`).
 
 Files are read by executors (binaryFile + flatMap of the pure-Python readers); the driver only
 sees small aggregates. Every file under an input root is one row of `files`: parsed, rejected,
@@ -42,7 +43,7 @@ from sciencemap.runtime import UserError
 from sciencemap.storage import write_json_atomic
 
 from importance.ingest.spark import (AUTO, InputSize, SizeTally, SparkSettings, arrow_to_spark_type, auto_int,
-                              spark_for_stage, to_spark_schema, total_size, write_spark_table)
+                                     spark_for_stage, to_spark_schema, total_size, write_spark_table)
 
 # Relative input paths are read from the working directory (make demo runs from the checkout).
 DEFAULT_INPUTS = [
@@ -112,6 +113,9 @@ class IngestConfig(SparkSettings):  # Spark settings: importance/ingest/spark.py
                                                "Python start-up dominates); auto = one per max_partition_bytes "
                                                "of input, at least 2 per task slot", parse=auto_int)
     output_partitions: int = setting(0, "files per written table; 0 = one per GB of input, at least 2")
+    keep_sections: bool = setting(False, "also write the sections table: each top-level section of the full-text "
+                                         "papers read in full (title, class, what decided it, its text as "
+                                         "sentences; METHODS.md §1.5)")
     cited_only_min_citations: int = setting(1, "a cited-only paper (a reference no corpus paper matches) is "
                                                "mapped when at least this many mapped corpus papers cite it; "
                                                "1 = all, 0 = none")
@@ -133,22 +137,25 @@ def _internal_schemas():
         ("section_class", S), ("position", T.IntegerType()), ("source_file", S)]])
     reject = T.StructType([T.StructField(n, S) for n in
                            ("source_file", "record_id", "stage", "reason", "source", "level")])
+    section = T.StructType([T.StructField(n, t) for n, t in [
+        ("paper_id", S), ("position", T.IntegerType()), ("title", S), ("section_class", S), ("class_source", S),
+        ("sentences", T.ArrayType(S)), ("source_file", S)]])
     sentence = T.StructType([T.StructField(n, t) for n, t in [
         ("paper_id", S), ("ord", L), ("key", S), ("section_title", S), ("section_class", S),
         ("position", T.IntegerType()), ("source_file", S)]])
     citance = T.StructType([T.StructField(n, t) for n, t in [
         ("citing_id", S), ("cited_id", S), ("ref_key", S), ("authors", author), ("key", S),
         ("prefix", S), ("suffix", S), ("record_id", S), ("source_file", S), ("source", S)]])
-    return {"paper": paper, "ref": ref, "mention": mention, "reject": reject, "sentence": sentence,
+    return {"paper": paper, "ref": ref, "mention": mention, "reject": reject, "sentence": sentence, "section": section,
             "citance": citance, "warning": to_spark_schema("warnings"), "file": to_spark_schema("files")}
 
 
-def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, rows):
+def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, sections: bool, rows):
     from importance.ingest.readers import PAPER, parse_file_accounted
 
     for row in rows:
         for kind, rec in parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None
-                                              else b"", bodies=bodies):
+                                              else b"", bodies=bodies, sections=sections):
             if kind == PAPER:
                 rec["mapped"] = mapped
             yield kind, rec
@@ -269,9 +276,9 @@ def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -
     return total_size((x.read.size() for x in listings or [list_input(spec) for spec in inputs]), "input files")
 
 
-def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
+def read_inputs(spark, inputs: list[dict], partitions: int | None = None, sections: bool = False):
     """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
-    `partitions` partitions (default 2 per task slot)."""
+    `partitions` partitions (default 2 per task slot); `sections`: the section records too."""
     from importance.ingest.readers import GLOBS
 
     rdds = []
@@ -285,7 +292,7 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
         if p.is_dir():
             reader = reader.option("recursiveFileLookup", "true")
         df = reader.load(str(p)).select("path", "content")
-        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source, reads_bodies(spec), is_mapped(spec))))
+        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source, reads_bodies(spec), is_mapped(spec), sections)))
     rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
     # Few, larger partitions: per-task Python start-up dominates on small corpora.
     n = partitions or 2 * spark.sparkContext.defaultParallelism
@@ -299,7 +306,7 @@ def _write_partition(root: str, schemas: dict, index: int, records):
 
 
 def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None = None,
-                 listings: list | None = None) -> dict:
+                 listings: list | None = None, sections: bool = False) -> dict:
     """Parse every input on the executors into Parquet per record kind under `root`
     (importance.ingest.staged_records), with the driver's records of the files no executor reads
     (`listings`, one per input: list_input). Returns the records as parsed, before dedup and
@@ -308,7 +315,7 @@ def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None =
 
     schemas = staged_records.arrow_schemas(_internal_schemas())
     staged_records.prepare(root, schemas)
-    rdd = read_inputs(spark, inputs, partitions)
+    rdd = read_inputs(spark, inputs, partitions, sections)
     parts = rdd.mapPartitionsWithIndex(partial(_write_partition, str(root), schemas)).collect()
     listed = [rec for i, spec in enumerate(inputs) for rec in _listed_records(listings[i] if listings else list_input(spec))]
     parts.append(staged_records.write_records(str(root), schemas, "listed", listed))
@@ -357,6 +364,9 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     refs = dfs["ref"].join(kept, ["citing_id", "source_file"], "left_semi")
     ments = dfs["mention"].join(kept, ["citing_id", "source_file"], "left_semi")
     sents = dfs["sentence"].join(kept.withColumnRenamed("citing_id", "paper_id"), ["paper_id", "source_file"], "left_semi")
+    # the sections of the kept row of each paper (a duplicate's are dropped with it)
+    sections = dfs["section"].join(kept.withColumnRenamed("citing_id", "paper_id"), ["paper_id", "source_file"],
+                                   "left_semi").select(SCHEMAS["sections"].names)
 
     # ScisummNet citances: in-corpus citing paper -> reference + mention; otherwise reject.
     cits = dfs["citance"]
@@ -437,7 +447,7 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     references = with_entry_shares_author(keyed(refs_res), keyed(papers))
     return {"papers": papers_out, "corpus": papers, "references": references, "mentions": mentions_out,
             "rejects": rejects, "citance_mentions": cit_ments, "cited_only": cited_only, "paper_cols": paper_cols,
-            "warnings": dfs["warning"], "files": dfs["file"]}
+            "warnings": dfs["warning"], "files": dfs["file"], "sections": sections}
 
 
 def summarise(t: dict, parsed: dict, found: dict | None = None, roles: dict | None = None) -> dict:
@@ -571,7 +581,7 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
     for listing in listings:
         found[listing.source] = found.get(listing.source, 0) + listing.found
     staged = layout.ingest_work_dir / "parsed"
-    parsed = stage_inputs(spark, cfg.inputs, staged, used.value("read_partitions"), listings)
+    parsed = stage_inputs(spark, cfg.inputs, staged, used.value("read_partitions"), listings, cfg.keep_sections)
     t = build_tables(spark, staged, cfg.cited_only_min_citations)
     root = Path(layout.root)
     root.mkdir(parents=True, exist_ok=True)
@@ -585,6 +595,10 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
         write_spark_table(t[name], layout.table(name), name, partitions=None if name == "papers" else files)
         if name != "rejects":  # the counts read the table as written, not its plan again
             t[name] = spark.read.parquet(str(layout.table(name)))
+    if cfg.keep_sections:
+        write_spark_table(t["sections"], layout.table("sections"), "sections", partitions=files)
+    else:   # a sections table of an earlier ingest would not match these papers
+        shutil.rmtree(layout.table("sections"), ignore_errors=True)
     per_source = summarise(t, parsed, found, source_roles(cfg.inputs))
     listed = listed_files(t, per_source)
     shutil.rmtree(layout.ingest_work_dir, ignore_errors=True)

@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from importance.ingest.headings import (CLASSES, class_from_heading, class_from_sec_type, heading_kind, known_class,
-                                       normalise_heading)
+                                        normalise_heading)
 from importance.ingest.section_model import default_model, features, neighbour_classes
 
 # Back matter: after such a section, what follows is an appendix.
@@ -57,9 +57,13 @@ def _position_fallback(title: str | None, position: int | None) -> str:
     return class_from_heading(title) or ("I" if position == 0 else "O")
 
 
+CLASS_SOURCES = ("sec_type", "heading", "appendix", "model", "position")
+
+
 def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] | None = None,
                       sec_types: Sequence[str | None] | None = None, positions: Sequence[int] | None = None,
-                      n_sections: int | None = None, model=None, research: bool = True) -> list[str]:
+                      n_sections: int | None = None, model=None, research: bool = True,
+                      sources: list | None = None) -> list[str]:
     """The classes of one paper's top-level sections, in order (METHODS.md §1.1).
 
     sec-type, then keyword headings fix a section's class; the others are scored by the learned
@@ -69,19 +73,28 @@ def classify_sections(titles: Sequence[str | None], texts: Sequence[str | None] 
     when the list is a subset of the paper's sections). model: a SectionModel other than the
     shipped one (evaluation). research=False (a review, feature or editorial, by the article's own
     type): its topical sections are not parts of an IMRaD paper, so only sec-type and headings give
-    classes and the rest keeps the position rule (first block I, else O)."""
+    classes and the rest keeps the position rule (first block I, else O). `sources`: a list that
+    receives what decided each class (CLASS_SOURCES: the sections table's class_source)."""
     n = len(titles)
     texts = list(texts) if texts is not None else [None] * n
     sec_types = list(sec_types) if sec_types is not None else [None] * n
     positions = list(positions) if positions is not None else list(range(n))
     total = n_sections or n
     fixed = [known_class(st, t) for st, t in zip(sec_types, titles)]
-    fixed = ["O" if a else f for f, a in zip(fixed, appendix_sections(titles, fixed))]
+    appendix = appendix_sections(titles, fixed)
+    if sources is not None:
+        sources[:] = ["appendix" if a else None if f is None else "sec_type" if class_from_sec_type(st) else "heading"
+                      for f, a, st in zip(fixed, appendix, sec_types)]
+    fixed = ["O" if a else f for f, a in zip(fixed, appendix)]
     if n == 0 or all(fixed):
         return fixed
     model = model or (default_model() if research else None)
     if model is None:
+        if sources is not None:
+            sources[:] = [s or ("heading" if class_from_heading(t) else "position") for s, t in zip(sources, titles)]
         return [f or _position_fallback(t, p) for f, t, p in zip(fixed, titles, positions)]
+    if sources is not None:
+        sources[:] = [s or "model" for s in sources]
     near = neighbour_classes(titles)
     logp = np.stack([model.log_probabilities(features(t, x, p, total, nb)) if f is None
                      else np.zeros(len(model.classes))

@@ -45,7 +45,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from mapping.evaluation.scidocs import (click_metrics, evaluate_ranking, pool_metrics, rank_queries, read_qrels,
-                             svm_test_f1)
+                                        svm_test_f1)
 from sciencemap.runtime import UserError
 
 SCIDOCS_RANKING = ("cite", "cocite", "coview", "coread")

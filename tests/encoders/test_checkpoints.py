@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from encoders.training.checkpoints import (PLAIN, STATE, checkpoint_dirs, load_checkpoint, rng_state, save_checkpoint,
-                                  set_rng_state)
+                                           set_rng_state)
 
 
 def _draws() -> tuple:

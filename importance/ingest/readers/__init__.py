@@ -26,16 +26,22 @@ GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,jso
          "clscisumm": "*.{xml,txt,csv}"}
 # Formats whose papers have a body; their readers take `bodies`.
 FULLTEXT_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive", "clscisumm"))
+# Formats whose readers give the sections table's records when asked (`sections`).
+SECTION_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive"))
 
 
 def known_formats() -> str:
     return ", ".join(sorted(FORMATS))
 
 
-def parse_file(fmt: str, source: str, path: str, data: bytes, bodies: bool = True) -> Iterator[tuple[str, dict]]:
-    """Parse one file; any failure of the whole file becomes one reject record, never an exception."""
+def parse_file(fmt: str, source: str, path: str, data: bytes, bodies: bool = True,
+               sections: bool = False) -> Iterator[tuple[str, dict]]:
+    """Parse one file; any failure of the whole file becomes one reject record, never an exception.
+    `sections` (with bodies): also each paper's top-level sections with their sentences."""
     try:
-        if fmt in FULLTEXT_FORMATS:
+        if fmt in SECTION_FORMATS and bodies and sections:
+            yield from FORMATS[fmt](path, data, source, bodies=True, sections=True)
+        elif fmt in FULLTEXT_FORMATS:
             yield from FORMATS[fmt](path, data, source, bodies=bodies)
         else:
             yield from FORMATS[fmt](path, data, source)
@@ -52,7 +58,7 @@ def _whole_file_reject(path: str, reason: str, source: str) -> tuple[str, dict]:
 
 
 def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
-                         bodies: bool = True) -> Iterator[tuple[str, dict]]:
+                         bodies: bool = True, sections: bool = False) -> Iterator[tuple[str, dict]]:
     """parse_file's records, then one `file` record (contracts "files"): status parsed | rejected |
     skipped | auxiliary, the input records it gave, and the reason where it is not simply parsed.
 
@@ -60,7 +66,7 @@ def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
     failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason."""
     counts = {"papers": 0, "record_rejects": 0, "citances": 0, "warnings": 0}
     declared, failure, citance_records = None, None, 0
-    for kind, rec in parse_file(fmt, source, path, data, bodies):
+    for kind, rec in parse_file(fmt, source, path, data, bodies, sections):
         if kind == FILE:
             declared = rec
             continue

@@ -36,7 +36,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from importance.ingest.readers.common import (CITANCE, PAPER, BadRecord, clean_ws, decode_text, decompress, file_status,
-                                       keep_warning, norm_title, parse_xml, reject, require_text, warning)
+                                              keep_warning, norm_title, parse_xml, reject, require_text, warning)
 from importance.ingest.readers.scisummnet import FIELD, KEY_LEN, VENUES, abstract_text, acl_year, section_sentences, text_key
 
 PAPER_FOLDERS = ("Reference_XML", "Citance_XML")

@@ -30,7 +30,8 @@ from sciencemap.ids import norm_doi  # noqa: F401  (the readers' DOI key, shared
 PAPER, REF, MENTION, REJECT, SENTENCE, CITANCE = "paper", "ref", "mention", "reject", "sentence", "citance"
 # WARNING: a record kept after lenient recovery (warnings table). FILE: what became of one input
 # file (files table); a reader yields one only to say a file is skipped or auxiliary (file_status).
-WARNING, FILE = "warning", "file"
+# SECTION: a top-level section's title, class and sentences (sections table; readers asked for them).
+WARNING, FILE, SECTION = "warning", "file", "section"
 
 _WS = re.compile(r"\s+")
 
@@ -69,6 +70,14 @@ def decompress(name: str, data: bytes) -> bytes:
     elif not data.strip():
         raise BadRecord("empty file")
     return data
+
+
+def section_records(paper_id: str, path: str, titles: list, classes: list, sources: list,
+                    sentences: list[list[str]]) -> list[tuple[str, dict]]:
+    """One SECTION record per top-level section, in order (contracts "sections")."""
+    return [(SECTION, {"paper_id": paper_id, "position": pos, "title": t, "section_class": c, "class_source": src,
+                       "sentences": sents, "source_file": path})
+            for pos, (t, c, src, sents) in enumerate(zip(titles, classes, sources, sentences))]
 
 
 def clean_ws(text: str | None) -> str | None:

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import re
 
-from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
-                                       keep_warning, keyword_list, norm_doi, norm_title, parse_xml,
-                                       parse_year)
-from importance.ingest.readers.refstrings import parse_reference, plausible_year
-from importance.ingest.section_model import BODY_WORDS
 from importance.ingest.headings import known_class
+from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, author, clean_ws, decompress,
+                                              keep_warning, keyword_list, norm_doi, norm_title, parse_xml,
+                                              parse_year, section_records)
+from importance.ingest.readers.refstrings import parse_reference, plausible_year
+from importance.ingest.readers.sentences import split_sentences
+from importance.ingest.section_model import BODY_WORDS
 from importance.ingest.sections import classify_sections
 
 # What a recovery warning counts (kept of those the bytes open).
@@ -115,8 +116,9 @@ def author_keywords(meta, lang: str | None = None) -> list[str]:
     return keyword_list(values)
 
 
-def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
-    """The paper, its references and (bodies) its mentions; without bodies the <body> is not read."""
+def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bool = False) -> list[tuple[str, dict]]:
+    """The paper, its references and (bodies) its mentions, and (sections) its top-level sections
+    with their sentences; without bodies the <body> is not read."""
     data = decompress(path, data)
     # A truncated article is rejected, not recovered: recovery would silently drop its reference list.
     root, recovery = parse_xml(data, "article")
@@ -237,7 +239,11 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tupl
     types = [b[1] for b in blocks]
     # the text is read only where sec-type and heading leave the class open
     texts = [None if known_class(st, t) else block_text(els) for t, st, els in blocks]
-    classes = classify_sections(titles, texts, types, research=is_research_article(root))
+    sources: list = []
+    classes = classify_sections(titles, texts, types, research=is_research_article(root), sources=sources)
+    if sections:
+        out += section_records(paper_id, path, titles, classes, sources,
+                               [split_sentences(block_paragraphs(els)) for _, _, els in blocks])
     for pos, ((stitle, stype, els), cls) in enumerate(zip(blocks, classes)):
         for el in els:
             for x in el.iter("xref"):
@@ -294,10 +300,8 @@ _NOT_RUNNING_TEXT = ("fig", "table-wrap", "boxed-text", "disp-formula", "supplem
                      "caption")
 
 
-def block_text(elements, max_words: int = BODY_WORDS) -> str:
-    """The running text of a block (paragraphs, not figure, table or box captions), up to about
-    max_words words: what the section classifier reads."""
-    parts, n = [], 0
+def block_paragraphs(elements):
+    """The running text of a block, paragraph by paragraph (not figure, table or box captions)."""
     for el in elements:
         paras = [el] if el.tag == "p" else el.iter("p")
         for p in paras:
@@ -305,8 +309,15 @@ def block_text(elements, max_words: int = BODY_WORDS) -> str:
                 continue
             t = clean_ws("".join(p.itertext()))
             if t:
-                parts.append(t)
-                n += t.count(" ") + 1
-                if n >= max_words:
-                    return " ".join(parts)
+                yield t
+
+
+def block_text(elements, max_words: int = BODY_WORDS) -> str:
+    """The running text of a block, up to about max_words words: what the section classifier reads."""
+    parts, n = [], 0
+    for t in block_paragraphs(elements):
+        parts.append(t)
+        n += t.count(" ") + 1
+        if n >= max_words:
+            break
     return " ".join(parts)

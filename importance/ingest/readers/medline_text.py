@@ -17,7 +17,7 @@ import re
 
 from importance.ingest.fields import mesh_fields
 from importance.ingest.readers.common import (PAPER, BadRecord, author, clean_ws, decode_text, decompress, keyword_list,
-                                       norm_doi, norm_title, parse_year, reject, require_text, warning)
+                                              norm_doi, norm_title, parse_year, reject, require_text, warning)
 
 _FIELD = re.compile(r"^([A-Z][A-Z0-9 ]{1,3})\s*- ?(.*)$")
 

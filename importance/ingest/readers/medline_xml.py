@@ -23,8 +23,8 @@ from lxml import etree
 
 from importance.ingest.fields import mesh_fields
 from importance.ingest.readers.common import (PAPER, BadRecord, Utf8Repair, author, bom_encoding, clean_ws, keyword_list,
-                                       norm_doi, norm_title, open_text_stream, parse_year, reject, starts_with,
-                                       warning, xml_encoding, xml_error)
+                                              norm_doi, norm_title, open_text_stream, parse_year, reject, starts_with,
+                                              warning, xml_encoding, xml_error)
 
 RECORD_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle")
 

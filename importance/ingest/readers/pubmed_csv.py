@@ -15,7 +15,7 @@ import io
 
 from importance.ingest.fields import mesh_fields
 from importance.ingest.readers.common import (PAPER, BadRecord, clean_ws, decode_text, decompress, norm_title, reject,
-                                       require_text, warning)
+                                              require_text, warning)
 
 REQUIRED = ("Title", "abstractText", "meshMajor", "pmid")
 

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 
 from importance.ingest.fields import arxiv_fields
 from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, author, bom_encoding, clean_ws,
-                                       json_truncated, norm_doi, norm_title, open_text_stream, parse_year, reject,
-                                       starts_with, utf8_problem, warning)
+                                              json_truncated, norm_doi, norm_title, open_text_stream, parse_year, reject,
+                                              section_records, starts_with, utf8_problem, warning)
 from importance.ingest.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
+from importance.ingest.readers.sentences import split_sentences
 from importance.ingest.headings import known_class
 from importance.ingest.sections import classify_sections
 from sciencemap.ids import norm_arxiv
@@ -65,9 +66,10 @@ def _lines(path: str, data: bytes):
         raise BadRecord(f"truncated or corrupt gzip after line {n}: {e}") from None
 
 
-def parse(path: str, data: bytes, source: str, bodies: bool = True):
+def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bool = False):
     """Generator: records of every good line, one reject per bad line; without bodies no line's
-    body_text is read (paper and references only)."""
+    body_text is read (paper and references only); with sections each paper's top-level sections
+    and their sentences too."""
     n_lines = 0
     for lineno, raw in _lines(path, data):
         if not raw.strip():
@@ -88,7 +90,7 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True):
             yield reject(path, rid, reason[:500], source)
             continue
         try:
-            recs = parse_doc(doc, path, source, lineno, bodies)
+            recs = parse_doc(doc, path, source, lineno, bodies, sections)
         except BadRecord as e:
             yield reject(path, rid, str(e), source)
             continue
@@ -141,7 +143,8 @@ def _fields_of_study(doc: dict, meta: dict) -> list[str]:
     return names
 
 
-def parse_doc(doc: dict, path: str, source: str, lineno: int, bodies: bool = True) -> list[tuple[str, dict]]:
+def parse_doc(doc: dict, path: str, source: str, lineno: int, bodies: bool = True,
+              sections: bool = False) -> list[tuple[str, dict]]:
     if not isinstance(doc, dict):
         raise BadRecord(f"line {lineno} is not a JSON object")
     meta = doc.get("metadata") or {}
@@ -187,10 +190,15 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int, bodies: bool = Tru
     if not bodies:
         return out
 
-    sections = top_sections(doc.get("body_text") or [])
-    titles = [sec.title for sec in sections]
-    classes = classify_sections(titles, [None if known_class(None, t) else sec.text for sec, t in zip(sections, titles)])
-    for pos, (sec, cls) in enumerate(zip(sections, classes)):
+    tops = top_sections(doc.get("body_text") or [])
+    titles = [sec.title for sec in tops]
+    sources: list = []
+    classes = classify_sections(titles, [None if known_class(None, t) else sec.text for sec, t in zip(tops, titles)],
+                                sources=sources)
+    if sections:
+        out += section_records(paper_id, path, titles, classes, sources, [
+            split_sentences(_MARKUP.sub(" ", p.get("text") or "") for p, _ in sec.paragraphs) for sec in tops])
+    for pos, (sec, cls) in enumerate(zip(tops, classes)):
         for p, own in sec.paragraphs:
             for span in p.get("cite_spans") or []:
                 rid = span.get("ref_id")

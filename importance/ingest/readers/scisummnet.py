@@ -16,8 +16,8 @@ import html
 import re
 
 from importance.ingest.readers.common import (CITANCE, PAPER, SENTENCE, BadRecord, author, clean_ws, decode_text,
-                                       decompress, keep_warning, norm_title, parse_json, parse_xml, reject,
-                                       require_text, warning)
+                                              decompress, keep_warning, norm_title, parse_json, parse_xml, reject,
+                                              require_text, section_records, warning)
 from importance.ingest.headings import known_class
 from importance.ingest.sections import classify_sections
 
@@ -69,7 +69,7 @@ def _folder_id(path: str) -> str:
 RECOVERY_UNITS = (("SECTION", "sections"), ("S", "sentences"))
 
 
-def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
+def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bool = False) -> list[tuple[str, dict]]:
     """Content first (empty, not text, wrong encoding, not XML/JSON, truncated), then the names.
     Without bodies a paper gives no sentence records (its sections are not read); citances are
     read either way: they are the citation links."""
@@ -80,11 +80,12 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True) -> list[tupl
     if base.startswith("citing_sentences") and base.endswith(".json"):
         return _parse_citances(path, data, source)
     if base.endswith(".xml"):
-        return _parse_paper(path, base[:-4], data, source, bodies)
+        return _parse_paper(path, base[:-4], data, source, bodies, sections)
     raise BadRecord(f"not a ScisummNet file: {name} (a folder holds <ACL id>.xml and citing_sentences.json)")
 
 
-def _parse_paper(path: str, acl: str, data: bytes, source: str, bodies: bool = True) -> list[tuple[str, dict]]:
+def _parse_paper(path: str, acl: str, data: bytes, source: str, bodies: bool = True,
+                 sections: bool = False) -> list[tuple[str, dict]]:
     root, recovery = parse_xml(data, "PAPER")
     if root.tag != "PAPER":
         raise BadRecord(f"not a ScisummNet paper (root element <{root.tag}>)")
@@ -104,7 +105,7 @@ def _parse_paper(path: str, acl: str, data: bytes, source: str, bodies: bool = T
     out += keep_warning(recovery, data, root, RECOVERY_UNITS, path, paper_id, source)
     if not bodies:
         return out
-    sentences, _ = section_sentences(root, paper_id, path)
+    sentences, _ = section_sentences(root, paper_id, path, out if sections else None)
     return out + sentences
 
 
@@ -125,14 +126,21 @@ def paper_sections(root) -> list[tuple[str | None, str]]:
     return [(clean_ws(sec.get("title")), section_text(sec)) for sec in root.findall("SECTION")]
 
 
-def section_sentences(root, paper_id: str, path: str) -> tuple[list[tuple[str, dict]], dict[str, str]]:
+def section_sentences(root, paper_id: str, path: str, section_out: list | None = None
+                      ) -> tuple[list[tuple[str, dict]], dict[str, str]]:
     """SENTENCE records (match key, section title and class, position) of every <SECTION>, in
     order, and the match key of each sentence id (CL-SciSumm annotations cite sentences by sid).
-    The sections are classified together (importance.ingest.sections.classify_sections)."""
+    The sections are classified together (importance.ingest.sections.classify_sections).
+    `section_out`: a list that receives the SECTION records too (their <S> sentences, as marked)."""
     sections = root.findall("SECTION")
     titles = [clean_ws(sec.get("title")) for sec in sections]
     texts = [None if known_class(None, t) else section_text(sec) for sec, t in zip(sections, titles)]
-    classes = classify_sections(titles, texts)
+    sources: list = []
+    classes = classify_sections(titles, texts, sources=sources)
+    if section_out is not None:
+        section_out += section_records(paper_id, path, titles, classes, sources, [
+            [t for t in (clean_ws(html.unescape("".join(x.itertext()))) for x in sec.iter("S")) if t]
+            for sec in sections])
     out, by_sid, n = [], {}, 0
     for pos, (sec, stitle, cls) in enumerate(zip(sections, titles, classes)):
         for s in sec.iter("S"):

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from importance.ingest.fields import (NON_SUBJECT_LETTERS, arxiv_archive, arxiv_fields, descriptor_categories,
-                               mesh_fields, mesh_table)
+                                      mesh_fields, mesh_table)
 from importance.ingest.spark import package_zip
 
 # Real lines of NLM's 2017MeshTree.txt (tree number, descriptor UI, name).

@@ -5,7 +5,7 @@ import pytest
 
 from importance.ingest.section_model import SectionModel, default_model, features, neighbour_classes, section_number
 from importance.ingest.section_training import (DEFAULT_DEV, DEFAULT_HAND, TrainSettings, fit, predict, read_labelled,
-                                         training_rows)
+                                                training_rows)
 from importance.ingest.headings import class_from_heading, class_from_sec_type, heading_kind, known_class
 from importance.ingest.sections import appendix_sections, classify_sections, heading_rules_vs_sec_type, macro_f1
 

@@ -19,8 +19,8 @@ import pytest
 from importance.ingest.job import IngestConfig, input_size, run_ingest
 from importance.job import ImportanceConfig, run_importance
 from importance.ingest.spark import (GiB, MiB, InputSize, Machine, launch_conf, measure_files, parse_defaults_file,
-                              parse_submit_args, plan_launch, plan_runtime, spark_for_stage, task_slots,
-                              this_machine)
+                                     parse_submit_args, plan_launch, plan_runtime, spark_for_stage, task_slots,
+                                     this_machine)
 from sciencemap.config import add_options, config_from, config_from_args
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError

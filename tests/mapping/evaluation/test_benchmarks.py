@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from mapping.evaluation.benchmarks import (csfcube_table, read_csfcube_abstracts, read_csfcube_anns, read_csfcube_queries,
-                                read_csfcube_splits, read_propensity, read_relish_annotations, read_relish_texts,
-                                read_scidocs_clicks, read_scidocs_labels, read_scidocs_metadata,
-                                read_scirepeval_metadata, read_scirepeval_qrels, relish_table, scidocs_table,
-                                scirepeval_table)
+                                           read_csfcube_splits, read_propensity, read_relish_annotations, read_relish_texts,
+                                           read_scidocs_clicks, read_scidocs_labels, read_scidocs_metadata,
+                                           read_scirepeval_metadata, read_scirepeval_qrels, relish_table, scidocs_table,
+                                           scirepeval_table)
 from mapping.evaluation.scidocs import pool_metrics, read_qrels
 from sciencemap.runtime import UserError
 

@@ -12,8 +12,8 @@ import pytest
 import scipy.sparse as sp
 
 from mapping.evaluation.mesh_accuracy import (CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, accuracy_bruteforce,
-                                   granularity, information_content, mesh_array, mesh_terms, mesh_vectors,
-                                   publication_vectors, relative_accuracy)
+                                              granularity, information_content, mesh_array, mesh_terms, mesh_vectors,
+                                              publication_vectors, relative_accuracy)
 
 
 # ---------------------------------------------------------------- the previous implementation, as reference

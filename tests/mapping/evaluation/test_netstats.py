@@ -8,8 +8,8 @@ from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
 from mapping.evaluation.netstats import (PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
-                              links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
-                              sorted_unique)
+                                         links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
+                                         sorted_unique)
 
 
 def _graph(n, lo, hi):

@@ -6,7 +6,7 @@ import pytest
 
 from sciencemap.runtime import UserError
 from mapping.evaluation.scidocs import (evaluate_ranking, map_ndcg, read_embeddings_jsonl, read_qrels, svm_macro_f1,
-                             write_embeddings_jsonl, write_qrels)
+                                        write_embeddings_jsonl, write_qrels)
 
 
 def test_map_ndcg_by_hand():

@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 
 from importance.ingest.readers.refstrings import (clean_raw, find_arxiv, find_ids, max_year, parse_reference,
-                                           plausible_year)
+                                                  plausible_year)
 
 # (raw string, title, year, family name of the first author or None, doi, arxiv id)
 CASES = [
