@@ -8,8 +8,9 @@ What the page holds:
 - the topics as one binary blob, gzip-compressed and base64-encoded in a non-executed
   `<script type="application/octet-stream">` element (layout: `pack_topics`). Topics are sorted by
   size (largest first), so the labelled topics and the table's first rows are the blob's first rows.
-  Numbers are quantized to 16 bits over their range (x, y, mean year, DIV; 65535 = missing), sizes
-  are uint32, the main field a uint16 code into one list of names (most frequent first); the
+  Numbers are quantized to 16 bits over their range (x, y and each value overlay of
+  mapping.overlays, under the overlay's name; 65535 = missing), sizes are uint32, the category
+  overlay (the main field) a uint16 code into one list of names (most frequent first); the
   strings (label and example titles, shortened to `title_chars`) are lines, one column after
   another, coded as word tokens (a vocabulary and varint ids: a third smaller than gzip on the
   characters). Colours are not shipped: the browser maps values through Bokeh colour mappers.
@@ -32,6 +33,8 @@ import struct
 
 import numpy as np
 import pandas as pd
+
+from mapping.overlays import OVERLAYS
 
 # Example titles longer than this are cut at a word boundary and end in "…" (bytes in the blob
 # grow with it: ~0.5 MB per 10 characters at 100k topics × 3 titles, coded and compressed).
@@ -75,6 +78,28 @@ def quantize(v: np.ndarray) -> tuple[np.ndarray, float, float]:
     step = (hi - lo) / (MISSING_Q - 1) or 1.0
     q[ok] = np.rint((v[ok] - lo) / step).astype(np.uint16)
     return q, lo, step
+
+
+def _value_overlays() -> list:
+    return [ov for ov in OVERLAYS if ov.kind == "value"]
+
+
+def _category_overlay():
+    """The overlay the page draws with a legend (the first category overlay: the main field)."""
+    cats = [ov for ov in OVERLAYS if ov.kind == "category"]
+    if len(cats) != 1:
+        raise ValueError(f"the HTML map shows one category overlay; mapping.overlays declares {len(cats)}")
+    return cats[0]
+
+
+def _palette(name: str) -> list[str]:
+    """Bokeh's 256-colour palette of that name where it has one (the page's colours as before),
+    else the matplotlib colour map's (the PNGs')."""
+    from bokeh.palettes import all_palettes
+
+    from mapping.map_png import palette_of
+
+    return all_palettes.get(name.capitalize(), {}).get(256) or palette_of(name)
 
 
 def _field_codes(main_field: pd.Series) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -146,10 +171,10 @@ def pack_topics(topics: pd.DataFrame, examples: list[list[str]], title_chars: in
     k = max([len(e) for e in examples], default=0) if n_examples is None else n_examples
     ex = [[shorten(clean_text(e[j]), title_chars) if j < len(e) else "" for j in range(k)]
           for e in (examples[i] for i in order)]
-    fcode, fnames, fcounts = _field_codes(t["main_field"])
+    fcode, fnames, fcounts = _field_codes(t[_category_overlay().column])
 
     numeric = {}
-    for col, src in (("x", "x"), ("y", "y"), ("year", "mean_year"), ("div", "interdisciplinarity")):
+    for col, src in (("x", "x"), ("y", "y"), *((ov.name, ov.column) for ov in _value_overlays())):
         q, lo, step = quantize(t[src].to_numpy(np.float64))
         numeric[col] = (q, {"type": "u16q", "lo": lo, "step": step})
     numeric["size"] = (t["size"].to_numpy(np.uint32), {"type": "u32"})
@@ -203,7 +228,7 @@ def unpack_topics(gz: bytes) -> tuple[pd.DataFrame, dict]:
     for j, name in enumerate(head["text_columns"]):
         out[name] = lines[j * n:(j + 1) * n] if n else []
     df = pd.DataFrame(out)
-    df["main_field"] = [head["fields"][c] for c in df["fcode"]] if n else []
+    df[_category_overlay().column] = [head["fields"][c] for c in df["fcode"]] if n else []
     return df, head
 
 
@@ -257,9 +282,8 @@ S.t_start = performance.now();
     const lines = new TextDecoder().decode(out).split("\n");
     head.text_columns.forEach((name, j) => { d[name] = lines.slice(j * n, (j + 1) * n); });
     d.main_field = Array.from(d.fcode, c => head.fields[c]);
-    // Hover text of the numbers (BokehJS's hover prints a NaN as "NaN" before any formatter).
-    d.year_s = Array.from(d.year, v => Number.isNaN(v) ? "–" : v.toFixed(1));
-    d.div_s = Array.from(d.div, v => Number.isNaN(v) ? "–" : v.toFixed(3));
+    // Hover text of the overlays' numbers (BokehJS's hover prints a NaN as "NaN" before any formatter).
+    for (const [k, digits] of values) d[k + "_s"] = Array.from(d[k], v => Number.isNaN(v) ? "–" : v.toFixed(digits));
     let smax = 1;
     for (let i = 0; i < n; i++) if (d.size[i] > smax) smax = d.size[i];
     const ms = new Float64Array(n);
@@ -271,7 +295,7 @@ S.t_start = performance.now();
     labels.data = {x: d.x.slice(0, nl), y: d.y.slice(0, nl), label: d.label.slice(0, nl)};
     if (table_src !== src) {
       const nt = Math.min(table_rows, n), t = {};
-      for (const k of ["label", "size", "main_field", "year", "div"]) t[k] = d[k].slice(0, nt);
+      for (const k of ["label", "size", "main_field", ...values.map(v => v[0])]) t[k] = d[k].slice(0, nt);
       table_src.data = t;
     }
     S.t_filled = performance.now();
@@ -307,11 +331,11 @@ S.t_start = performance.now();
 """
 
 _OVERLAY_JS = r"""
-const spec = {field: {field: "fcode", year: "year", div: "div"}[cb_obj.value], transform: mappers[cb_obj.value]};
+const key = cb_obj.value;
+const spec = {field: key === category ? "fcode" : key, transform: mappers[key]};
 for (const g of glyphs) g.fill_color = spec;
-legend.visible = cb_obj.value === "field";
-bar_year.visible = cb_obj.value === "year";
-bar_div.visible = cb_obj.value === "div";
+legend.visible = key === category;
+for (const [k, bar] of Object.entries(bars)) bar.visible = k === key;
 """
 
 _SEARCH_JS = r"""
@@ -331,7 +355,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
                fields: pd.DataFrame | None = None, *, title_chars: int | None = None,
                table_rows: int | None = None, webgl: bool = True, placed: pd.DataFrame | None = None) -> str:
     """Self-contained map.html: the background image, the topics as WebGL points with hover, the
-    overlay selector (main field / mean year / DIV), a title and term search, labels for the
+    overlay selector (mapping.overlays: main field, mean year, DIV), a title and term search, labels for the
     `cfg.labels_on_map` largest topics, the topic table and, when `fields` (a DataFrame with
     label, x, y, size) is given, field names as large labels.
 
@@ -348,7 +372,6 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     from bokeh.models import (CheckboxGroup, ColorBar, ColumnDataSource, CustomJS, DataTable, Div, HoverTool,
                               LabelSet, Legend, LegendItem, LinearColorMapper, NumberFormatter, Scatter, Select,
                               TableColumn, TextInput)
-    from bokeh.palettes import Plasma256, Viridis256
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
     from bokeh.core.templates import FILE
@@ -360,8 +383,9 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     n, k = len(topics), info["examples"]
     fnames, fcounts = info["header"]["fields"], np.asarray(info["header"]["field_counts"], np.int64)
 
-    cols = {c: [] for c in ("x", "y", "msize", "label", "size", "fcode", "main_field", "year", "div", "year_s",
-                            "div_s")} | {f"ex{j}": [] for j in range(k)}
+    values, category = _value_overlays(), _category_overlay()
+    cols = {c: [] for c in ("x", "y", "msize", "label", "size", "fcode", "main_field")} | \
+        {c: [] for ov in values for c in (ov.name, f"{ov.name}_s")} | {f"ex{j}": [] for j in range(k)}
     src = ColumnDataSource(cols, name="topics")
     # Larger markers for small maps; at 100k topics the big ones must not hide the rest.
     marker = (6, 40) if n <= 5000 else (3, 24)
@@ -373,13 +397,12 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
 
     m_field = LinearColorMapper(palette=FIELD_PALETTE, low=-0.5, high=len(FIELD_PALETTE) - 0.5,
                                 high_color=OTHER_COLOR, name="field_mapper")
-    year = pd.to_numeric(topics["mean_year"], errors="coerce").to_numpy(float)
-    div = pd.to_numeric(topics["interdisciplinarity"], errors="coerce").to_numpy(float)
     lim = lambda v: (float(np.nanmin(v)), float(np.nanmax(v))) if np.isfinite(v).any() else (0.0, 1.0)  # noqa: E731
-    m_year = LinearColorMapper(palette=Viridis256, low=lim(year)[0], high=lim(year)[1], nan_color="#bbbbbb",
-                               name="year_mapper")
-    m_div = LinearColorMapper(palette=Plasma256, low=lim(div)[0], high=lim(div)[1], nan_color="#bbbbbb",
-                              name="div_mapper")
+    mappers = {category.name: m_field}
+    for ov in values:
+        v = pd.to_numeric(topics[ov.column], errors="coerce").to_numpy(float)
+        mappers[ov.name] = LinearColorMapper(palette=_palette(ov.palette), low=lim(v)[0],
+                                             high=lim(v)[1], nan_color="#bbbbbb", name=f"{ov.name}_mapper")
     fill = {"field": "fcode", "transform": m_field}
     lw, la = (0.8, 0.6) if n <= 5000 else (0.4, 0.35)
     glyph = Scatter(x="x", y="y", size="msize", fill_color=fill, fill_alpha=0.5, line_color="#333333",
@@ -393,8 +416,8 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
 
     # Field values in tuple tooltips are inserted as text by BokehJS (no "{safe}" anywhere).
     p.add_tools(HoverTool(renderers=[topics_r], name="hover", tooltips=[
-        ("topic", "@label"), ("papers", "@size{0,0}"), ("main field", "@main_field"), ("mean year", "@year_s"),
-        ("interdisciplinarity (DIV)", "@div_s")] + [("example", f"@ex{j}") for j in range(k)]))
+        ("topic", "@label"), ("papers", "@size{0,0}"), (category.label, "@main_field")]
+        + [(ov.label, f"@{ov.name}_s") for ov in values] + [("example", f"@ex{j}") for j in range(k)]))
 
     controls = []
     if placed is not None and len(placed):
@@ -438,21 +461,20 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         rest = int(fcounts[len(FIELD_PALETTE):].sum())
         items.append(LegendItem(label=f"{len(fnames) - len(FIELD_PALETTE):,} other fields ({rest:,})",
                                 renderers=[swatch(OTHER_COLOR)]))
-    legend = Legend(items=items, title="main field (topics)", label_text_font_size="8pt", glyph_height=12,
+    legend = Legend(items=items, title=f"{category.label} (topics)", label_text_font_size="8pt", glyph_height=12,
                     glyph_width=12, spacing=1, name="field_legend")
     p.add_layout(legend, "right")
-    bar_year = ColorBar(color_mapper=m_year, title="mean year", visible=False, name="year_bar", width=14)
-    bar_div = ColorBar(color_mapper=m_div, title="interdisciplinarity (DIV)", visible=False, name="div_bar", width=14)
-    p.add_layout(bar_year, "right")
-    p.add_layout(bar_div, "right")
+    bars = {ov.name: ColorBar(color_mapper=mappers[ov.name], title=ov.label, visible=False, name=f"{ov.name}_bar",
+                              width=14) for ov in values}
+    for bar in bars.values():
+        p.add_layout(bar, "right")
     p.xaxis.visible = p.yaxis.visible = False
     p.grid.visible = False
 
-    overlay = Select(title="Colour topics by", value="field", name="overlay",
-                     options=[("field", "main field"), ("year", "mean year"), ("div", "interdisciplinarity (DIV)")])
-    overlay.js_on_change("value", CustomJS(args={"glyphs": [glyph, sel, nonsel], "legend": legend,
-                                                 "bar_year": bar_year, "bar_div": bar_div,
-                                                 "mappers": {"field": m_field, "year": m_year, "div": m_div}},
+    overlay = Select(title="Colour topics by", value=category.name, name="overlay",
+                     options=[(ov.name, ov.label) for ov in OVERLAYS])
+    overlay.js_on_change("value", CustomJS(args={"glyphs": [glyph, sel, nonsel], "legend": legend, "bars": bars,
+                                                 "mappers": mappers, "category": category.name},
                                            code=_OVERLAY_JS))
     search = TextInput(title="Search titles and topic terms", placeholder="e.g. ribosome", name="search",
                        width=360)
@@ -461,22 +483,22 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     search.js_on_change("value", CustomJS(args={"instant": True}, code=_SEARCH_JS))
 
     table_src = src if table_rows <= 0 else ColumnDataSource(
-        {c: [] for c in ("label", "size", "main_field", "year", "div")}, name="table")
+        {c: [] for c in ("label", "size", "main_field", *(ov.name for ov in values))}, name="table")
     nf = dict(nan_format="–")
     table = DataTable(source=table_src, width=cfg.html_width, height=260, index_position=None, name="topic_table",
                       columns=[TableColumn(field="label", title="topic", width=360),
                                TableColumn(field="size", title="papers", width=70,
                                            formatter=NumberFormatter(format="0,0")),
-                               TableColumn(field="main_field", title="main field", width=200),
-                               TableColumn(field="year", title="mean year", width=80,
-                                           formatter=NumberFormatter(format="0.0", **nf)),
-                               TableColumn(field="div", title="interdisciplinarity (DIV)", width=110,
-                                           formatter=NumberFormatter(format="0.000", **nf))])
+                               TableColumn(field="main_field", title=category.label, width=200)]
+                      + [TableColumn(field=ov.name, title=ov.label, width=max(80, min(110, 5 * len(ov.label))),
+                                     formatter=NumberFormatter(format="0." + "0" * ov.digits, **nf))
+                         for ov in values])
     doc = Document()
     doc.add_root(column(row(overlay, search, info, *controls), p, table))
     doc.js_on_event(DocumentReady, CustomJS(args={
         "src": src, "labels": lab_src, "table_src": table_src, "info": info, "data_id": DATA_ELEMENT_ID,
-        "n_labels": int(cfg.labels_on_map), "table_rows": int(table_rows), "marker": list(marker)}, code=_LOAD_JS))
+        "n_labels": int(cfg.labels_on_map), "table_rows": int(table_rows), "marker": list(marker),
+        "values": [[ov.name, ov.digits] for ov in values]}, code=_LOAD_JS))
     doc.title = cfg.title
     page = Template("{% extends base %}{% block postamble %}<script type=\"application/octet-stream\" id=\""
                     + DATA_ELEMENT_ID + "\">{{ blob }}</script>{% endblock %}")

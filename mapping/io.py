@@ -85,6 +85,7 @@ class RowMeta:
     vocab: np.ndarray            # the words (object array), sorted = the columns of `words`
     word_row: np.ndarray         # int64 per papers-table row: its vector row, -1 = none (duplicate / no vector)
     papers_files: list
+    columns: dict                # name -> float64 per row (NaN = none): papers-table columns the overlays read
 
     @property
     def without_metadata(self) -> np.ndarray:
@@ -143,12 +144,14 @@ class _Codes:
 
 def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_000) -> RowMeta:
     """The papers table, joined to the vector rows through paper_id, streamed once (see the module doc)."""
+    from mapping.overlays import paper_columns
     from mapping.topics import FieldCollector, TitleWords
 
     n = len(row_ids)
     files = _papers_files(layout)
     schema = pq.read_schema(files[0])
-    need = ["paper_id", "title", "year", "fields", "source", "source_file"]
+    extra = [c for c in paper_columns() if c not in ("year", "fields")]
+    need = ["paper_id", "title", "year", "fields", "source", "source_file", *extra]
     missing = [c for c in need if c not in schema.names]
     if missing:
         raise UserError(f"{layout.table('papers')} lacks columns {missing}; re-run the ingest stage")
@@ -160,6 +163,7 @@ def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_00
     source = np.full(n, -1, np.int32)
     cited_only = np.ones(n, bool)
     has_title = np.zeros(n, bool)
+    columns = {c: np.full(n, np.nan) for c in extra}
     src_codes = _Codes()
     fc = FieldCollector()
     tw = TitleWords()
@@ -176,6 +180,8 @@ def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_00
             has_title[r] = np.fromiter(map(bool, docs), bool, len(docs))[sel]
             tw.add(docs)
             fc.add(b.column("fields"), rows)
+            for c in extra:
+                columns[c][r] = b.column(c).cast(pa.float64()).to_numpy(zero_copy_only=False)[sel]
             prog.advance(b.num_rows)
     fields, categories = fc.finish(n)
     words, vocab = tw.finish()
@@ -184,7 +190,7 @@ def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_00
         sources[i] = s
     return RowMeta(n=n, paper_of_row=paper_of_row, year=year, source=source, sources=sources,
                    cited_only=cited_only, has_title=has_title, fields=fields, categories=categories,
-                   words=words, vocab=vocab, word_row=row_of_paper, papers_files=files)
+                   words=words, vocab=vocab, word_row=row_of_paper, papers_files=files, columns=columns)
 
 
 def read_titles(files, paper_index: np.ndarray, batch_size: int = 200_000) -> dict[int, str]:

@@ -54,7 +54,8 @@ from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
 from mapping.map_png import (PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
                              place_labels, shade_categories, shade_values)
-from mapping.topics import PaperData, central_rows, infer_fields, overlays, topic_vectors
+from mapping.overlays import OVERLAYS, overlays, topics_schema
+from mapping.topics import PaperData, central_rows, infer_fields, topic_vectors
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ class RenderConfig:
 CITED_ONLY = "cited, title only"
 CITED_ONLY_COLOR = UNDER_COLOR
 NO_FIELD, OTHER_FIELDS = "no field", "other fields"
-OVERLAY_PNGS = ("field", "interdisciplinarity", "year")
 # placed papers drawn on a map: black (no source colour in mapping.map_png PALETTE, no overlay's),
 # ringed up to MARKS_MAX of them (beyond, the rings would cover the map), ring radius in pixels
 MARK_COLOR, MARKS_MAX, MARK_R = "#000000", 5_000, 3
@@ -245,7 +245,8 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         if cfg.infer_fields and layout.table("edges").exists():
             meta.fields, inferred = infer_fields(layout.table("edges"), meta.fields, on_map)
         data = PaperData(fields=meta.fields, categories=meta.categories, year=meta.year, source=meta.source,
-                         sources=meta.sources, words=meta.words, vocab=meta.vocab, word_row=meta.word_row)
+                         sources=meta.sources, words=meta.words, vocab=meta.vocab, word_row=meta.word_row,
+                         columns=meta.columns)
         rows = []
         map_topics = None
         with Progress("render: topic overlays", len(res_list), "resolutions", every_s=0) as prog:
@@ -269,7 +270,7 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                 prog.advance(1)
         topics = pd.concat(rows, ignore_index=True)
         write_table_atomic(pa.Table.from_pandas(topics, preserve_index=False), layout.table("topics"),
-                           SCHEMAS["topics"])
+                           topics_schema(SCHEMAS["topics"]))
 
     with steps("areas"):
         # every clustered row links its map topic (cited-only papers too: they hold most kNN edges)
@@ -277,7 +278,7 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
         areas, topic_area = research_areas(layout, data, lab_d, graph_topic, map_topics, cfg)
         if areas is not None:
             write_table_atomic(pa.Table.from_pandas(areas, preserve_index=False), layout.table("areas"),
-                               SCHEMAS["areas"])
+                               topics_schema(SCHEMAS["areas"]))
     with steps("examples"):
         with Progress("render: example titles", n, "rows") as prog:
             central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog)
@@ -331,7 +332,7 @@ def research_areas(layout: RunLayout, data: PaperData, lab_d: np.ndarray, graph_
                  / np.maximum(wsum, 1)).astype(np.float32)
     ov["topics"] = np.bincount(topic_area, minlength=n_area).astype(np.int32)
     ov = ov.rename(columns={"cluster": "area"})
-    return ov[["area", "size", "topics", "label", "x", "y", "main_field", "mean_year", "interdisciplinarity"]], topic_area
+    return ov[SCHEMAS["areas"].names + [o.column for o in OVERLAYS]], topic_area
 
 
 def field_codes(main_field: pd.Series, sizes: np.ndarray, n_named: int) -> tuple[np.ndarray, list[str], dict]:
@@ -417,35 +418,36 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
         write_bytes_atomic(path, _png_bytes(out))
 
     files = {}
-    with Progress("render: datashader", 4 * len(codes), "points") as prog:
+    with Progress("render: datashader", (1 + len(OVERLAYS)) * len(codes), "points") as prog:
         base = shade_categories(x, y, codes, names, colors, frame, under=under, progress=prog)
         marked = [(marks_label, MARK_COLOR, len(dots))] if dots else []
         finish(base, layout.map_png, lambda d: legend(d, frame, "colour = source",
                                                       [(c, colors[c], counts[c]) for c in counts] + marked))
         files["map"] = str(layout.map_png)
 
-        fcode, fnames, fcolors = field_codes(map_topics["main_field"], sizes, cfg.legend_fields)
-        fcount = np.bincount(fcode[topic], minlength=len(fnames))
-        ftopics = np.bincount(fcode, minlength=len(fnames))
-        img = shade_categories(x, y, fcode[topic], fnames, fcolors, frame, under=NO_FIELD, progress=prog)
-        items = [(f, fcolors[f], int(fcount[i])) for i, f in enumerate(fnames) if fcount[i]]
-        finish(img, layout.map_overlay_png("field"),
-               lambda d: legend(d, frame, "topic main field (papers)", items))
-        field_summary = {f: {"papers": int(fcount[i]), "topics": int(ftopics[i])} for i, f in enumerate(fnames)}
-        files["map_field"] = str(layout.map_overlay_png("field"))
-
-        for name, col, heading, cmap, fmt in (
-                ("interdisciplinarity", "interdisciplinarity", "topic interdisciplinarity DIV", "plasma", ".3f"),
-                ("year", "mean_year", "topic mean publication year", "viridis", ".0f")):
-            tval = map_topics[col].to_numpy(np.float64)
-            fin = tval[np.isfinite(tval)]
-            span = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 1.0)
-            pal = palette_of(cmap)
-            img = shade_values(x, y, tval[topic], frame, pal, span, progress=prog)
-            note = f"no value ({int((~np.isfinite(tval)).sum()):,} topics)" if len(fin) < len(tval) else ""
-            finish(img, layout.map_overlay_png(name),
-                   lambda d, h=heading, p=pal, s=span, f=fmt, nt=note: colour_bar(d, frame, h, p, s, f, nt))
-            files[f"map_{name}"] = str(layout.map_overlay_png(name))
+        field_summary = None
+        for ov in OVERLAYS:
+            path = layout.map_overlay_png(ov.name)
+            if ov.kind == "category":
+                fcode, fnames, fcolors = field_codes(map_topics[ov.column], sizes, cfg.legend_fields)
+                fcount = np.bincount(fcode[topic], minlength=len(fnames))
+                ftopics = np.bincount(fcode, minlength=len(fnames))
+                img = shade_categories(x, y, fcode[topic], fnames, fcolors, frame, under=NO_FIELD, progress=prog)
+                items = [(f, fcolors[f], int(fcount[i])) for i, f in enumerate(fnames) if fcount[i]]
+                finish(img, path, lambda d, h=ov.title, it=items: legend(d, frame, h, it))
+                if field_summary is None:   # the first category overlay's: the main fields
+                    field_summary = {f: {"papers": int(fcount[i]), "topics": int(ftopics[i])}
+                                     for i, f in enumerate(fnames)}
+            else:
+                tval = map_topics[ov.column].to_numpy(np.float64)
+                fin = tval[np.isfinite(tval)]
+                span = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 1.0)
+                pal = palette_of(ov.palette)
+                img = shade_values(x, y, tval[topic], frame, pal, span, progress=prog)
+                note = f"no value ({int((~np.isfinite(tval)).sum()):,} topics)" if len(fin) < len(tval) else ""
+                finish(img, path, lambda d, h=ov.title, p=pal, s=span, f=f".{ov.bar_digits}f", nt=note:
+                       colour_bar(d, frame, h, p, s, f, nt))
+            files[f"map_{ov.name}"] = str(path)
     return base, files, counts, field_summary
 
 

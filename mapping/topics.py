@@ -1,4 +1,5 @@
-"""Topics (clusters at one resolution): vectors, labels and overlays (METHODS.md §5).
+"""Topics (clusters at one resolution): vectors, labels, and what the overlays compute from
+(mapping.overlays declares them; METHODS.md §5).
 
 - Topic vector = mean of its papers' (unit) vectors.
 - Label = the topic's most distinctive title words, class-based TF-IDF: a word's share of the
@@ -25,7 +26,7 @@ topic means handed to UMAP).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -419,17 +420,20 @@ class PaperData:
     words: sp.csr_matrix
     vocab: np.ndarray
     word_row: np.ndarray | None = None
+    columns: dict = field(default_factory=dict)   # name -> float per row: papers-table columns overlays read
 
     @classmethod
-    def from_frame(cls, papers: pd.DataFrame) -> "PaperData":
-        """From a frame with title, year, fields and source (cells of any Python kind)."""
+    def from_frame(cls, papers: pd.DataFrame, columns=()) -> "PaperData":
+        """From a frame with title, year, fields and source (cells of any Python kind), plus the
+        named `columns` as floats (NaN = none)."""
         F, cats = field_matrix(list(papers["fields"]))
         P, vocab = title_words(list(papers["title"]))
         src = pd.Series(papers["source"].to_numpy(), dtype=object)
         codes, uniques = pd.factorize(src.where(src.notna(), None))
         return cls(fields=F, categories=cats,
                    year=pd.to_numeric(papers["year"], errors="coerce").to_numpy(dtype=float),
-                   source=np.asarray(codes, np.int64), sources=[str(u) for u in uniques], words=P, vocab=vocab)
+                   source=np.asarray(codes, np.int64), sources=[str(u) for u in uniques], words=P, vocab=vocab,
+                   columns={c: pd.to_numeric(papers[c], errors="coerce").to_numpy(dtype=float) for c in columns})
 
 
 def _row_argmax_first(T: sp.csr_matrix) -> np.ndarray:
@@ -452,66 +456,3 @@ def _row_argmax_first(T: sp.csr_matrix) -> np.ndarray:
     r_hit, first = np.unique(row[hit], return_index=True)
     out[r_hit] = T.indices[hit[first]]
     return out
-
-
-def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: int | None = None) -> pd.DataFrame:
-    """Per topic: cluster, size, label, main_field, mean_year, interdisciplinarity.
-
-    `labels` (int, -1 = in no topic) aligns with the rows of `data`."""
-    labels = np.asarray(labels)
-    keep = labels >= 0
-    if n_topics is None:
-        n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
-    lab_k = labels[keep].astype(np.int64)
-    size = np.bincount(lab_k, minlength=n_topics)
-    M = membership(labels, n_topics)
-
-    # fields: main field and interdisciplinarity (disparity over the papers in a topic)
-    F = data.fields
-    Fk = F if keep.all() else F[np.flatnonzero(keep)]
-    has_cats = Fk.nnz > 0
-    TC = (M @ F).tocsr() if has_cats else sp.csr_matrix((n_topics, F.shape[1]), dtype=np.int32)
-    TC.sum_duplicates()
-    TC.eliminate_zeros()
-    TC.sort_indices()
-    disparity = category_disparity(Fk) if has_cats else np.zeros((0, 0))
-    best_cat = _row_argmax_first(TC)
-
-    # a source or an article type is not a subject: no field = no main field (null)
-    main = [data.categories[c] if c >= 0 else None for c in best_cat.tolist()]
-
-    year = np.asarray(data.year)
-    has = keep & ~np.isnan(year)
-    ysum = np.bincount(labels[has].astype(np.int64), weights=year[has], minlength=n_topics)
-    ycnt = np.bincount(labels[has].astype(np.int64), minlength=n_topics)
-    mean_year = np.where(ycnt > 0, ysum / np.maximum(ycnt, 1), np.nan)
-
-    inter = np.full(n_topics, np.nan)
-    if has_cats:
-        ip, ix, dat = TC.indptr, TC.indices, TC.data
-        for t in range(n_topics):
-            a, b = ip[t], ip[t + 1]
-            if b > a:
-                present = ix[a:b]
-                inter[t] = _div_present(dat[a:b].astype(np.float64), disparity[np.ix_(present, present)],
-                                        disparity.shape[0])
-
-    if data.word_row is None:
-        word_labels = labels
-    else:
-        wr = np.asarray(data.word_row)
-        word_labels = np.full(len(wr), -1, np.int64)
-        ok = wr >= 0
-        word_labels[ok] = labels[wr[ok]]
-    lab_words = label_words(topic_word_counts(word_labels, data.words, n_topics), data.vocab, n_words)
-    return pd.DataFrame({"cluster": np.arange(n_topics, dtype=np.int32), "size": size.astype(np.int32),
-                         "label": lab_words, "main_field": main, "mean_year": mean_year.astype(np.float32),
-                         "interdisciplinarity": inter.astype(np.float32)})
-
-
-def topic_overlays(papers: pd.DataFrame | PaperData, labels: np.ndarray, n_words: int = 3) -> pd.DataFrame:
-    """Per topic: cluster, size, label, main_field, mean_year, interdisciplinarity.
-
-    `papers` rows align with `labels`: a frame with columns title, year, fields, source, or PaperData."""
-    data = papers if isinstance(papers, PaperData) else PaperData.from_frame(papers)
-    return overlays(data, labels, n_words)

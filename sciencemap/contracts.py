@@ -124,17 +124,15 @@ SCHEMAS: dict[str, pa.Schema] = {
     "clusters": pa.schema([
         ("paper_id", pa.string()), ("row", pa.int32()), ("resolution", pa.float64()), ("cluster", pa.int32()),
     ]),
-    # One row per topic (cluster) per resolution, with its 2-D layout and overlays.
-    # The map's second level (mapping.areas): clusters of the map-resolution topics.
+    # One row per topic (cluster) per resolution, with its 2-D layout, then one column per map
+    # overlay (mapping.overlays declares them: main_field, mean_year, interdisciplinarity).
+    # The map's second level (mapping.areas): clusters of the map-resolution topics, the same way.
     "areas": pa.schema([
         ("area", pa.int32()), ("size", pa.int32()), ("topics", pa.int32()), ("label", pa.string()),
-        ("x", pa.float32()), ("y", pa.float32()), ("main_field", pa.string()), ("mean_year", pa.float32()),
-        ("interdisciplinarity", pa.float32())]),
+        ("x", pa.float32()), ("y", pa.float32())]),
     "topics": pa.schema([
         ("resolution", pa.float64()), ("cluster", pa.int32()), ("size", pa.int32()),
         ("label", pa.string()), ("x", pa.float32()), ("y", pa.float32()),
-        ("main_field", pa.string()), ("mean_year", pa.float32()),
-        ("interdisciplinarity", pa.float32()),
     ]),
 }
 

@@ -77,7 +77,7 @@ def test_pack_and_unpack_round_trip():
     assert df["ex0"].tolist() == [shorten("Protein " * 40, 30).strip(), "x", "", shorten(EVIL, 30), ""]
     assert df["ex0"].str.len().max() <= 30 and df["ex1"].tolist() == ["", "", "", "A title", ""]
     assert df["ex2"].tolist()[4] == "third"
-    for col, src in (("x", "x"), ("y", "y"), ("year", "mean_year"), ("div", "interdisciplinarity")):
+    for col, src in (("x", "x"), ("y", "y"), ("year", "mean_year"), ("interdisciplinarity", "interdisciplinarity")):
         want = topics[src].to_numpy(float)[order]
         ok = np.isfinite(want)
         np.testing.assert_array_equal(np.isnan(df[col].to_numpy()), ~ok)

@@ -12,8 +12,9 @@ from sciencemap.storage import read_table, write_table_atomic
 from sciencemap.vectors import ensure_vectors
 from mapping.html_map import payload_of, unpack_topics
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
-from mapping.render import OVERLAY_PNGS, RenderConfig, CITED_ONLY_COLOR, category_colors, field_codes, run_render
-from mapping.topics import topic_overlays, topic_vectors
+from mapping.render import RenderConfig, CITED_ONLY_COLOR, category_colors, field_codes, run_render
+from mapping.overlays import OVERLAYS, topic_overlays, topics_schema
+from mapping.topics import topic_vectors
 
 
 def _nonwhite_matches(img: np.ndarray, colour_hex: str) -> int:
@@ -56,7 +57,8 @@ def test_render_stage_writes_topics_png_and_html(tmp_path, make_run):
                        papers_shown="all")
     s = run_render(cfg, layout)
     topics = read_table(layout.table("topics"))
-    assert topics.schema.equals(SCHEMAS["topics"])
+    assert topics.schema.equals(topics_schema(SCHEMAS["topics"]))
+    assert topics.schema.names[-3:] == ["main_field", "mean_year", "interdisciplinarity"]
     t = topics.to_pandas()
     assert set(t["resolution"]) == {0.01, 0.05}
     assert t.groupby("resolution")["size"].sum().eq(180).all()
@@ -100,7 +102,8 @@ def test_overlay_pngs_show_fields_values_and_counts(tmp_path, make_run):
     for f in ("Field0", "Field1", "Field2", "Field3"):
         assert _nonwhite_matches(arr[30:, :400], colors[f]) > 0, f       # drawn on the map
         assert _nonwhite_matches(arr[30:, 400:], colors[f]) > 0, f       # and a swatch in the legend
-    for name in OVERLAY_PNGS:
+    assert [ov.name for ov in OVERLAYS] == ["field", "year", "interdisciplinarity"]
+    for name in (ov.name for ov in OVERLAYS):
         img = Image.open(layout.map_overlay_png(name))
         assert img.size == (600, 400)
         assert s["pngs"][f"map_{name}"] == str(layout.map_overlay_png(name))

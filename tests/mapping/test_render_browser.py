@@ -104,7 +104,7 @@ def test_generated_map_decodes_hovers_switches_and_searches(tmp_path, browser, g
     assert 1234 in want["title"] and 77 in want["label"]
     probes = {
         "data": """(() => { const d = __model('topics').data; const pick = i => ({label: d.label[i], ex0: d.ex0[i],
-            ex2: d.ex2[i], size: d.size[i], field: d.main_field[i], year: d.year_s[i], div: d.div_s[i], x: d.x[i]});
+            ex2: d.ex2[i], size: d.size[i], field: d.main_field[i], year: d.year_s[i], div: d.interdisciplinarity_s[i], x: d.x[i]});
             return JSON.stringify({n: sciencemap.n, cols: Object.keys(d).sort(), len: d.label.length,
               rows: [0, 1, 999, 1999].map(pick), labels: __model('map_labels').data.label.length,
               fields: __model('field_labels').data.label,
@@ -115,8 +115,9 @@ def test_generated_map_decodes_hovers_switches_and_searches(tmp_path, browser, g
         "to_year": "__model('overlay').value = 'year'",
         "c_year": "JSON.stringify([__colours(), __model('year_bar').visible, __model('field_legend').visible, "
                   "__model('year_bar').title, __model('year_mapper').nan_color])",
-        "to_div": "__model('overlay').value = 'div'",
-        "c_div": "JSON.stringify([__colours(), __model('div_bar').visible, __model('year_bar').visible, __model('div_bar').title])",
+        "to_div": "__model('overlay').value = 'interdisciplinarity'",
+        "c_div": "JSON.stringify([__colours(), __model('interdisciplinarity_bar').visible, __model('year_bar').visible, "
+                 "__model('interdisciplinarity_bar').title])",
         # (a CustomJS callback runs after the probe that triggers it: setting and reading are two probes)
         "set_title": f"__model('search').value = {json.dumps(title_word.upper())}",
         "search_title": SEARCH_RESULT,
@@ -132,7 +133,7 @@ def test_generated_map_decodes_hovers_switches_and_searches(tmp_path, browser, g
     d = json.loads(p["data"])
     assert d["n"] == n == d["len"] and d["labels"] == 25
     assert d["fields"] == ["Life <sciences>", "Physics"]
-    assert {"label", "size", "main_field", "year_s", "div_s", "ex0", "ex1", "ex2", "x", "y"} <= set(d["cols"])
+    assert {"label", "size", "main_field", "year_s", "interdisciplinarity_s", "ex0", "ex1", "ex2", "x", "y"} <= set(d["cols"])
     for i, row in zip([0, 1, 999, 1999], d["rows"]):      # the browser decoded what Python packed
         assert row["label"] == df["label"][i] and row["ex0"] == df["ex0"][i] and row["ex2"] == df["ex2"][i]
         assert row["size"] == df["size"][i] and row["field"] == df["main_field"][i]

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mapping.topics import (div, div_star, example_titles, field_matrix, topic_labels, topic_overlays,
+from mapping.overlays import topic_overlays
+from mapping.topics import (div, div_star, example_titles, field_matrix, topic_labels,
                             topic_vectors)
 
 
@@ -223,7 +224,8 @@ def test_topic_vectors_blockwise_from_the_memmap_equal_the_dense_mean(tmp_path):
 def test_overlays_with_words_in_papers_table_order_equal_the_frame_path():
     """The stage keeps the title words in papers-table order (word_row maps them to vector rows,
     -1 for duplicates and papers without a vector); the overlays equal those of an aligned frame."""
-    from mapping.topics import PaperData, overlays, title_words
+    from mapping.overlays import overlays
+    from mapping.topics import PaperData, title_words
 
     rng = np.random.default_rng(2)
     n = 120
