@@ -212,10 +212,10 @@ class InputListing:
 def list_input(spec: dict) -> InputListing:
     """Every file under the input root, by one os.walk; only the files the reader will not see are
     kept (the others report themselves through the executors' file records)."""
-    from importance.ingest.readers import GLOBS
+    from importance.ingest.readers import FORMATS
 
     fmt = spec["format"]
-    glob = spec.get("glob", GLOBS[fmt])
+    glob = spec.get("glob", FORMATS[fmt].glob)
     patterns = _glob_patterns(glob)
     root = resolve_input_path(spec["path"])
     out = InputListing(spec.get("source"), fmt)
@@ -279,7 +279,7 @@ def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -
 def read_inputs(spark, inputs: list[dict], partitions: int | None = None, sections: bool = False):
     """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
     `partitions` partitions (default 2 per task slot); `sections`: the section records too."""
-    from importance.ingest.readers import GLOBS
+    from importance.ingest.readers import FORMATS
 
     rdds = []
     for spec in inputs:
@@ -288,7 +288,7 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, sectio
         if not source:
             raise UserError(f"ingest input {spec.get('path')} needs a source name (e.g. 'elife')")
         p = resolve_input_path(spec["path"])
-        reader = spark.read.format("binaryFile").option("pathGlobFilter", spec.get("glob", GLOBS[fmt]))
+        reader = spark.read.format("binaryFile").option("pathGlobFilter", spec.get("glob", FORMATS[fmt].glob))
         if p.is_dir():
             reader = reader.option("recursiveFileLookup", "true")
         df = reader.load(str(p)).select("path", "content")

@@ -8,26 +8,35 @@ Pure Python (lxml, csv, json), so they run on Spark executors and in tests witho
 """
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from importance.ingest.readers import clscisumm, jats, medline_text, medline_xml, pubmed_csv, s2orc, scisummnet
 from importance.ingest.readers.common import CITANCE, FILE, PAPER, REJECT, WARNING, BadRecord, reject
 
-FORMATS = {"jats": jats.parse, "scisummnet": scisummnet.parse, "pubmed_csv": pubmed_csv.parse,
-           "s2orc": s2orc.parse, "unarxive": s2orc.parse, "medline_xml": medline_xml.parse,
-           "medline_text": medline_text.parse, "clscisumm": clscisumm.parse}
-# Which file names each format reads inside an input folder (Hadoop glob syntax).
-GLOBS = {"jats": "*.{xml,nxml,xml.gz,nxml.gz}", "scisummnet": "*.{xml,xml.gz,json,json.gz}",
-         "pubmed_csv": "*.{csv,csv.gz}", "s2orc": "*.{jsonl,jsonl.gz,json,json.gz}",
-         "unarxive": "*.{jsonl,jsonl.gz,json,json.gz}", "medline_xml": "*.{xml,xml.gz}",
-         "medline_text": "*.{txt,txt.gz,medline,nbib}",
-         # annotation files (.txt, .csv) are read beside the Citance_XML files, and each is also
-         # given to the reader itself, which accounts for its rows and marks it auxiliary
-         "clscisumm": "*.{xml,txt,csv}"}
-# Formats whose papers have a body; their readers take `bodies`.
-FULLTEXT_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive", "clscisumm"))
-# Formats whose readers give the sections table's records when asked (`sections`).
-SECTION_FORMATS = frozenset(("jats", "scisummnet", "s2orc", "unarxive"))
+@dataclass(frozen=True)
+class Format:
+    """One input format: its reader, the file names it reads inside an input folder (Hadoop glob
+    syntax), whether its papers have a body (the reader takes `bodies`) and whether its reader gives
+    the sections table's records when asked (`sections`)."""
+    parse: Callable
+    glob: str
+    bodies: bool = False
+    sections: bool = False
+
+
+FORMATS = {
+    "jats": Format(jats.parse, "*.{xml,nxml,xml.gz,nxml.gz}", bodies=True, sections=True),
+    "scisummnet": Format(scisummnet.parse, "*.{xml,xml.gz,json,json.gz}", bodies=True, sections=True),
+    "pubmed_csv": Format(pubmed_csv.parse, "*.{csv,csv.gz}"),
+    "s2orc": Format(s2orc.parse, "*.{jsonl,jsonl.gz,json,json.gz}", bodies=True, sections=True),
+    "unarxive": Format(s2orc.parse, "*.{jsonl,jsonl.gz,json,json.gz}", bodies=True, sections=True),
+    "medline_xml": Format(medline_xml.parse, "*.{xml,xml.gz}"),
+    "medline_text": Format(medline_text.parse, "*.{txt,txt.gz,medline,nbib}"),
+    # annotation files (.txt, .csv) are read beside the Citance_XML files, and each is also given
+    # to the reader itself, which accounts for its rows and marks it auxiliary
+    "clscisumm": Format(clscisumm.parse, "*.{xml,txt,csv}", bodies=True),
+}
 
 
 def known_formats() -> str:
@@ -39,12 +48,13 @@ def parse_file(fmt: str, source: str, path: str, data: bytes, bodies: bool = Tru
     """Parse one file; any failure of the whole file becomes one reject record, never an exception.
     `sections` (with bodies): also each paper's top-level sections with their sentences."""
     try:
-        if fmt in SECTION_FORMATS and bodies and sections:
-            yield from FORMATS[fmt](path, data, source, bodies=True, sections=True)
-        elif fmt in FULLTEXT_FORMATS:
-            yield from FORMATS[fmt](path, data, source, bodies=bodies)
+        f = FORMATS[fmt]
+        if f.sections and bodies and sections:
+            yield from f.parse(path, data, source, bodies=True, sections=True)
+        elif f.bodies:
+            yield from f.parse(path, data, source, bodies=bodies)
         else:
-            yield from FORMATS[fmt](path, data, source)
+            yield from f.parse(path, data, source)
     except BadRecord as e:
         yield _whole_file_reject(path, str(e) or "unreadable (no reason given)", source)
     except Exception as e:  # a parser bug or odd input must not kill the whole job
