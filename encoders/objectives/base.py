@@ -124,6 +124,24 @@ class Objective:
         the pooled main vectors."""
         raise NotImplementedError
 
+    # -- what it trains on
+    def prepare_data(self, layout: "RunLayout", enc: "Encoder", sample_triplets: int = 0):
+        """Rank 0: build or reuse the item store this objective trains on (encoders.training.item_store:
+        its texts tokenized once and keyed by item id, and its rows); returns (folder, built now).
+        By default the run's triplets (encoders.training.triplet_table), or a budget's sample of
+        them. What `open_data` returns must offer what the loop reads: train and val rows
+        (`train["a"]` gives their number), split_rows("val"), digest, counts, mean_paper_tokens()."""
+        from encoders.training.triplet_table import prepare_tokens
+
+        return prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max,
+                              self.cfg.seed, sample_triplets)
+
+    def open_data(self, folder):
+        """Every rank: the built folder, memory-mapped."""
+        from encoders.training.triplet_table import open_tokens
+
+        return open_tokens(folder)
+
     # -- the batches
     def collate(self, data, pad_id: int, bucket_tokens: int):
         """What turns a micro-batch's train rows into the batch `batch_loss` reads (run in the

@@ -33,6 +33,7 @@ from sciencemap.storage import write_json_atomic
 
 from encoders.config import TrainConfig
 from encoders.training import triplet_table
+from encoders.training.item_store import build_at
 from encoders.training.triplet_table import TripletTokens, open_tokens
 from encoders.training.feed import shard_order
 
@@ -84,7 +85,7 @@ def plan_budget(cfg: TrainConfig, layout: RunLayout, enc, dist: Dist, settings: 
                 time_steps: Callable[[TripletTokens], float]) -> dict:
     """The budget's plan (see the module doc), the same on every rank; reused from plan.json when
     the inputs and `settings` are those it was made for (and cfg.resume)."""
-    _, inputs = triplet_table.fingerprint(layout, enc.path, enc.max_length, enc.sep, cfg.val_max, cfg.seed)
+    inputs = triplet_table.cache_inputs(layout, enc.path, enc.max_length, enc.sep, cfg.val_max, cfg.seed)
     key = hashlib.sha256(json.dumps([inputs, settings, dist.world], sort_keys=True, default=str)
                          .encode()).hexdigest()[:16]
     path = layout.train_tokens_dir / PLAN
@@ -103,8 +104,8 @@ def plan_budget(cfg: TrainConfig, layout: RunLayout, enc, dist: Dist, settings: 
     folder = layout.train_tokens_dir / PROBE
     if dist.main:
         layout.train_tokens_dir.mkdir(parents=True, exist_ok=True)
-        triplet_table.build(layout, folder, inputs, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max,
-                            cfg.seed, sample_triplets=probe_size)
+        build_at(folder, inputs, lambda tmp: triplet_table.build(
+            layout, tmp, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max, cfg.seed, sample_triplets=probe_size))
     dist.barrier()
     probe = open_tokens(folder)
     available = probe.counts["train_triplets_available"]

@@ -55,7 +55,7 @@ from encoders.training.export import plot_curve, save_model
 from encoders.model import Encoder, load_encoder
 from encoders.objectives.base import Objective
 from encoders.objectives.registry import get_objective
-from encoders.training.triplet_table import TripletTokens, open_tokens, prepare_tokens
+from encoders.training.triplet_table import TripletTokens
 from encoders.training.budget import (PROBE_STEPS, WALL_CLOCK_SLACK, budget_steps, check_budget, has_budget,
                                       plan_budget, seen)
 from encoders.training.feed import RankSampler, micro_batches
@@ -175,15 +175,14 @@ def time_steps(cfg: TrainConfig, objective: Objective, enc: Encoder, dist: Dist,
     return max(dist.gather(seconds))
 
 
-def _token_data(cfg: TrainConfig, layout: RunLayout, enc: Encoder, dist: Dist, sample_triplets: int) -> TripletTokens:
-    """The run's triplets (or a budget's sample of them) tokenized once (rank 0 builds or reuses
-    them), memory-mapped on every rank."""
+def _token_data(objective: Objective, layout: RunLayout, enc: Encoder, dist: Dist, sample_triplets: int):
+    """What the objective trains on (by default the run's triplets, or a budget's sample of them),
+    tokenized once (rank 0 builds or reuses its item store), memory-mapped on every rank."""
     answer = None
     if dist.main:
         t0 = time.perf_counter()
         try:
-            folder, built = prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max,
-                                           cfg.seed, sample_triplets)
+            folder, built = objective.prepare_data(layout, enc, sample_triplets)
             answer = {"folder": str(folder)}
             say(f"train: {'tokenized' if built else 'reusing'} triplets in {folder} "
                 f"({time.perf_counter() - t0:.1f}s)")
@@ -192,7 +191,7 @@ def _token_data(cfg: TrainConfig, layout: RunLayout, enc: Encoder, dist: Dist, s
     answer = dist.broadcast(answer)
     if "error" in answer:
         raise UserError(answer["error"])
-    return open_tokens(Path(answer["folder"]))
+    return objective.open_data(Path(answer["folder"]))
 
 
 def loader_workers(cfg: TrainConfig, device: torch.device) -> int:
@@ -244,7 +243,7 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
             speed = {k: getattr(cfg, k) for k in (*TRAJECTORY_FIELDS, "compile", "gradient_checkpointing")}
             plan = plan_budget(cfg, layout, enc, dist, {**speed, "device": str(enc.device)},
                                lambda probe: time_steps(cfg, objective, enc, dist, probe))
-        data = _token_data(cfg, layout, enc, dist, plan["sample_triplets"] if plan else 0)
+        data = _token_data(objective, layout, enc, dist, plan["sample_triplets"] if plan else 0)
         n_train = len(data.train["a"])
         if n_train == 0:
             counts = data.counts
