@@ -91,3 +91,19 @@ def steps_on_fixed_batch():
         reached = any(q.grad is not None and q.grad.abs().sum() > 0 for q in enc.model.parameters())
         return before, eval_loss(), reached
     return run
+
+
+class StepCrash(Exception):
+    """What a crash_at hook raises: a kill in the middle of training."""
+
+
+@pytest.fixture(scope="session")
+def crash_at():
+    """crash_at(k): an after_step hook of run_train that raises crash_at.error after step k."""
+    def make(k):
+        def hook(step):
+            if step == k:
+                raise StepCrash(step)
+        return hook
+    make.error = StepCrash
+    return make

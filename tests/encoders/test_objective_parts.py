@@ -41,17 +41,6 @@ def _cfg(**kw) -> TrainConfig:
                           "max_length": L, "lr": 1e-4, "log_every": 1, "checkpoint_every": 2, "device": "cpu", **kw})
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_at(k):
-    def hook(step):
-        if step == k:
-            raise Crash
-    return hook
-
-
 def _exported(model_dir: Path) -> dict[str, torch.Tensor]:
     return {**load_file(str(model_dir / "model.safetensors")),
             **{f"parts/{k}": v for k, v in load_file(str(model_dir / PARTS_FILE)).items()}}
@@ -96,12 +85,12 @@ def test_parts_train_checkpoint_export_and_the_target_follows_by_ema(tmp_path, r
     assert (target - before).abs().max() < (trained - before).abs().max()
 
 
-def test_a_killed_run_resumes_bit_identically(tmp_path, run_of):
+def test_a_killed_run_resumes_bit_identically(tmp_path, run_of, crash_at):
     ref = run_of(tmp_path / "ref")
     run_train(_cfg(), ref)
     lay = run_of(tmp_path / "crash")
-    with pytest.raises(Crash):
-        run_train(_cfg(), lay, after_step=_crash_at(3))
+    with pytest.raises(crash_at.error):
+        run_train(_cfg(), lay, after_step=crash_at(3))
     summary = run_train(_cfg(), lay)
     assert summary["resumed_from_step"] == 2
     assert [r["loss"] for r in read_log(lay.train_log) if r["kind"] == "train"] == \

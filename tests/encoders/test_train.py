@@ -210,18 +210,7 @@ def test_full_epochs_log_validation_metrics_and_curve(tmp_path, records, forty_r
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_at(k):
-    def hook(step):
-        if step == k:
-            raise Crash
-    return hook
-
-
-def test_resume_after_crash_equals_uninterrupted_run(tmp_path, records, small_run):
+def test_resume_after_crash_equals_uninterrupted_run(tmp_path, records, small_run, crash_at):
     cfg = TrainConfig(max_steps=4, batch_size=2, grad_accum=2, max_length=L, lr=1e-4, log_every=1,
                       checkpoint_every=2, device="cpu")
     ref = small_run(tmp_path / "ref")
@@ -229,8 +218,8 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, records, small_ru
     assert not ref.checkpoints_dir.exists()  # removed once the model is saved
 
     lay = small_run(tmp_path / "crash")
-    with pytest.raises(Crash):
-        run_train(cfg, lay, after_step=_crash_at(3))
+    with pytest.raises(crash_at.error):
+        run_train(cfg, lay, after_step=crash_at(3))
     assert [p.name for p in lay.checkpoints_dir.iterdir()] == ["step-00000002"]
     assert max(r["step"] for r in read_log(lay.train_log)) == 3
     summary = run_train(cfg, lay)
@@ -248,8 +237,8 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, records, small_ru
 
     # Other settings: the old checkpoint is not resumed from.
     lay2 = small_run(tmp_path / "other")
-    with pytest.raises(Crash):
-        run_train(cfg, lay2, after_step=_crash_at(3))
+    with pytest.raises(crash_at.error):
+        run_train(cfg, lay2, after_step=crash_at(3))
     other = run_train(TrainConfig(**{**cfg.__dict__, "lr": 5e-5}), lay2)
     assert other["resumed_from_step"] == 0
 

@@ -113,30 +113,19 @@ def test_steps_slower_than_measured_meet_the_wall_clock_stop(tmp_path, sixty_run
     assert summary["val_after"] is not None and (layout.model_dir / "model.safetensors").is_file()
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_at(k):
-    def hook(step):
-        if step == k:
-            raise Crash
-    return hook
-
-
 def state(model_dir):
     from safetensors.torch import load_file
 
     return load_file(str(model_dir / "model.safetensors"))
 
 
-def test_resume_with_a_budget(tmp_path, sixty_run):
+def test_resume_with_a_budget(tmp_path, sixty_run, crash_at):
     cfg = TrainConfig(**{**SMALL, "checkpoint_every": 2}, max_tokens=1200)
     ref = sixty_run(tmp_path / "ref")
     ref_summary = run_train(cfg, ref)
     lay = sixty_run(tmp_path / "crash")
-    with pytest.raises(Crash):
-        run_train(cfg, lay, after_step=_crash_at(3))
+    with pytest.raises(crash_at.error):
+        run_train(cfg, lay, after_step=crash_at(3))
     summary = run_train(cfg, lay)
     assert summary["resumed_from_step"] == 2 and summary["training"] == ref_summary["training"]
     a, b = state(ref.model_dir), state(lay.model_dir)
@@ -146,8 +135,8 @@ def test_resume_with_a_budget(tmp_path, sixty_run):
     # max_hours: the re-run takes the step time measured before the crash, so the same plan
     hours = TrainConfig(**{**SMALL, "checkpoint_every": 2}, epochs=20, max_hours=0.002)
     lay = sixty_run(tmp_path / "hours")
-    with pytest.raises(Crash):
-        run_train(hours, lay, after_step=_crash_at(3))
+    with pytest.raises(crash_at.error):
+        run_train(hours, lay, after_step=crash_at(3))
     plan = json.loads((lay.train_tokens_dir / PLAN).read_text())
     summary = run_train(hours, lay)
     assert summary["resumed_from_step"] == 2
