@@ -151,7 +151,7 @@ def budget_steps(cfg: TrainConfig, plan: dict, data: TripletTokens, world: int, 
 
 
 def seen(data: TripletTokens, cfg: TrainConfig, world: int, steps: int, epoch_steps: int) -> dict:
-    """What `steps` optimizer steps read, from the data order (train_feed.shard_order): triplets
+    """What `steps` optimizer steps read, from the data order (encoders.training.feed.shard_order): triplets
     (with repeats across epochs), distinct triplets, distinct papers, real tokens (no padding)."""
     n = len(data.train["a"])
     per_rank = math.ceil(n / world)

@@ -3,7 +3,7 @@
 Pure Python (lxml, csv, json), so they run on Spark executors and in tests without Spark.
 `parse_file(fmt, source, path, data)` dispatches on the format name used by IngestConfig;
 `parse_file_accounted` adds one `file` record saying what became of the file (the files table).
-`bodies=False` (a "map" input, importance.ingest): the readers of full-text formats give the paper
+`bodies=False` (a "map" input, importance.ingest.job): the readers of full-text formats give the paper
 (has_fulltext false) and its reference list, and neither read the body nor classify sections.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 record tagging.
 
 Readers are pure Python (no Spark import) so that executors only need the `importance` package and
-lxml; each yields `(kind, dict)` records that importance.ingest turns into DataFrames.
+lxml; each yields `(kind, dict)` records that the ingest job (importance.ingest.job) turns into tables.
 
 Content before names and structure (METHODS.md §9): a reader first asks whether the bytes are
 usable at all (empty, not text, wrong encoding, not XML/JSON, truncated) and only then checks what
