@@ -24,7 +24,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -218,6 +218,7 @@ class FeedSpec:
     sep: str
     shard_size: int
     shape: FeedShape
+    text_of: Callable = paper_text   # (title, abstract, sep) -> the text embedded: the objective's input view
 
     def chunks(self, shards: list[int]) -> list[tuple[int, int, int, bool]]:
         """(shard, lo, hi, last chunk of its shard) for every chunk of `shards`, in order."""
@@ -271,7 +272,7 @@ def read_chunk(spec: FeedSpec, lo: int, hi: int) -> tuple[list[str], list[str], 
     dups = spec.plan.dups_in(lo, hi)
     ids, texts, skipped, kept = [], [], [], []
     for i, (pid, ti, ab, on_map) in enumerate(zip(pids, titles, abstracts, mapped)):
-        text = paper_text(ti, ab, spec.sep)
+        text = spec.text_of(ti, ab, spec.sep)
         if pid is None:
             skipped.append({"row": lo + i, "paper_id": None, "reason": "null paper_id"})
         elif lo + i in dups:

@@ -140,9 +140,11 @@ def feed_shape(cfg: EmbedConfig, enc: Encoder, dist: Dist) -> FeedShape:
                    chunk_rows=cfg.chunk_rows or d.chunk_rows, workers=cfg.workers if cfg.workers >= 0 else d.workers)
 
 
-def feed_spec(plan: InputPlan, enc: Encoder, shard_size: int, shape: FeedShape) -> FeedSpec:
+def feed_spec(plan: InputPlan, enc: Encoder, shard_size: int, shape: FeedShape, objective=None) -> FeedSpec:
+    """The feed's work description; the text of a paper is the model's objective's input view."""
+    extra = {"text_of": objective.input_text} if objective is not None else {}
     return FeedSpec(plan=plan, tokenizer=enc.tokenizer, max_length=enc.max_length, sep=enc.sep,
-                    shard_size=shard_size, shape=shape)
+                    shard_size=shard_size, shape=shape, **extra)
 
 
 def _resolve_spec(cfg: EmbedConfig, layout: RunLayout) -> str:
@@ -298,7 +300,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         f"{shape.batch_size} docs / {shape.max_tokens} tokens, chunks of {shape.chunk_rows} rows, "
         f"{shape.workers or 'no'} feed workers, {torch.get_num_threads()} threads)", rank, world)
 
-    spec = feed_spec(plan, enc, cfg.shard_size, shape)
+    spec = feed_spec(plan, enc, cfg.shard_size, shape, objective)
     progress = Progress(rows_todo, dist)
     forward: Callable | None = None
     n_written = 0

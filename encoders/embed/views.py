@@ -31,18 +31,21 @@ from sciencemap.storage import atomic_file, write_json_atomic
 
 
 def objective_views(enc: Encoder):
-    """The trained objective of a model directory with its parts loaded, and its views; (None, {})
-    for a model without views (any model not trained here, and the objectives without parts)."""
+    """The objective a model directory was trained with (its model card's), with its exported parts
+    loaded, and its views: (None, {}) for a model not trained here; views only where parts were
+    exported."""
     card_path = Path(enc.path) / MODEL_CARD
-    if not (Path(enc.path) / PARTS_FILE).is_file() or not card_path.is_file():
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    if not (card.get("objective") or {}).get("name"):
         return None, {}
     from encoders.config import TrainConfig
     from encoders.objectives.registry import get_objective
 
-    card = json.loads(card_path.read_text())
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in (card.get("config") or {}).items() if k in known})
     objective = get_objective(card["objective"]["name"])(cfg)
+    if not (Path(enc.path) / PARTS_FILE).is_file():
+        return objective, {}
     objective.set_up(enc)
     load_parts(enc.path, {name: part.module for name, part in objective.parts.items()})
     for part in objective.parts.values():

@@ -113,6 +113,15 @@ class Objective:
         return {**out, "parts": self.parts_card()} if self._parts else out
 
     # -- at embed time
+    @staticmethod
+    def input_text(title: str | None, abstract: str | None, sep: str) -> str | None:
+        """The text this objective reads of a paper, in training and at embed time (its input view;
+        a module-level function of the objective's, so that the embed stage's feed processes can
+        take it): by default title [SEP] abstract (sciencemap.text.paper_text)."""
+        from sciencemap.text import paper_text
+
+        return paper_text(title, abstract, sep)
+
     def view_specs(self, enc: "Encoder") -> dict:
         """Named views the embed stage writes beside the main vector (name -> ViewSpec: keys and
         width), from the same forward (encoders.embed.views); none by default."""
@@ -134,7 +143,7 @@ class Objective:
         from encoders.training.triplet_table import prepare_tokens
 
         return prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max,
-                              self.cfg.seed, sample_triplets)
+                              self.cfg.seed, sample_triplets, text_of=self.input_text)
 
     def open_data(self, folder):
         """Every rank: the built folder, memory-mapped."""

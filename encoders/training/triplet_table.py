@@ -138,7 +138,7 @@ def sample_anchors(train, seed: int, triplets: int):
     return train[train["anchor_id"].isin(order[:take])]
 
 
-def _paper_texts(layout: RunLayout, ids: set[str], sep: str):
+def _paper_texts(layout: RunLayout, ids: set[str], sep: str, text_of=paper_text):
     """(paper_id, text) of every papers row whose id is in `ids`, scanning the table batch by
     batch (never the whole corpus at once)."""
     wanted = pa.array(sorted(ids), pa.string())
@@ -146,7 +146,7 @@ def _paper_texts(layout: RunLayout, ids: set[str], sep: str):
         tbl = pa.Table.from_batches([batch])
         tbl = tbl.filter(pc.is_in(tbl["paper_id"], value_set=wanted))
         for pid, title, abstract in zip(*(tbl[c].to_pylist() for c in ("paper_id", "title", "abstract"))):
-            yield pid, paper_text(title, abstract, sep)
+            yield pid, text_of(title, abstract, sep)
 
 
 def _val_sample(part, val_max: int, seed: int):
@@ -156,7 +156,7 @@ def _val_sample(part, val_max: int, seed: int):
 
 
 def build(layout: RunLayout, folder: Path, tokenizer, max_length: int, sep: str, val_max: int, seed: int,
-          sample_triplets: int = 0) -> dict:
+          sample_triplets: int = 0, text_of=paper_text) -> dict:
     """Write the tokenized triplets into `folder`; sample_triplets > 0: only a seeded sample of
     whole anchors' train triplets (sample_anchors) and val_max validation triplets. Returns what
     meta.json records besides the inputs."""
@@ -169,7 +169,7 @@ def build(layout: RunLayout, folder: Path, tokenizer, max_length: int, sep: str,
         df = pd.concat([sample_anchors(train, seed, sample_triplets),
                         _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)])
     ids = set(df["anchor_id"]) | set(df["positive_id"]) | set(df["negative_id"])
-    row_of = write_items(folder / ITEMS, _paper_texts(layout, ids, sep), tokenizer, max_length)
+    row_of = write_items(folder / ITEMS, _paper_texts(layout, ids, sep, text_of), tokenizer, max_length)
     has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
     counts["dropped_no_text"] = int((~has_text).sum())
     df = df[has_text]
@@ -207,9 +207,12 @@ def open_tokens(folder: Path) -> TripletTokens:
 
 
 def prepare_tokens(layout: RunLayout, model_dir: Path, tokenizer, max_length: int, sep: str, val_max: int,
-                   seed: int, sample_triplets: int = 0) -> tuple[Path, bool]:
+                   seed: int, sample_triplets: int = 0, text_of=paper_text) -> tuple[Path, bool]:
     """The folder of this run's tokenized triplets for these settings, built if missing (rank 0
-    calls this; the other ranks open what it names). Returns (folder, whether it was built now)."""
+    calls this; the other ranks open what it names). Returns (folder, whether it was built now).
+    `text_of(title, abstract, sep)`: the objective's input view."""
     inputs = cache_inputs(layout, model_dir, max_length, sep, val_max, seed, sample_triplets)
+    if text_of is not paper_text:   # another view, other tokens (absent for the default: caches stay valid)
+        inputs["text_of"] = f"{text_of.__module__}.{text_of.__qualname__}"
     return prepare(layout.train_tokens_dir, KIND, inputs, lambda tmp: build(
-        layout, tmp, tokenizer, max_length, sep, val_max, seed, sample_triplets))
+        layout, tmp, tokenizer, max_length, sep, val_max, seed, sample_triplets, text_of))

@@ -108,7 +108,7 @@ def test_embed_writes_the_main_vector_and_the_head_view(tmp_path, run_of):
 
     layout = run_of(tmp_path / "r")
     run_train(_cfg(max_steps=2, checkpoint_every=0), layout)
-    summary = run_embed(EmbedConfig(device="cpu", shard_size=5, precision="float32"), layout)   # the run's model, as the job does
+    summary = run_embed(EmbedConfig(device="cpu", shard_size=5, precision="float32", workers=2), layout)  # feed processes
     assert summary["views"] == ["head"] and summary["shards"] == 3
 
     ids, X = load_embeddings(layout)
