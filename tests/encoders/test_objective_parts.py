@@ -138,3 +138,31 @@ def test_embed_writes_the_main_vector_and_the_head_view(tmp_path, run_of):
     store = ensure_vectors(layout)
     assert list(store.ids()) == list(ids)
     np.testing.assert_allclose(np.asarray(store.X), unit_rows(X), atol=1e-6)
+
+
+def test_torchrun_two_processes_train_the_parts(tmp_path, run_of, repo_root):
+    """DistributedDataParallel over the encoder and the trainable head (gloo, 2 processes): the run
+    finishes, rank 0 exports the parts, and the EMA target has moved with the trained encoder."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    layout = run_of(tmp_path / "ddp")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", "--",
+           "jobs/train.py", "--run", str(layout.root), "--objective", "ema_head", "--max-steps", "2",
+           "--batch-size", "2", "--grad-accum", "1", "--max-length", str(L), "--log-every", "1",
+           "--checkpoint-every", "0", "--device", "cpu"]
+    p = subprocess.run(cmd, cwd=repo_root, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    summary = json.loads(p.stdout[p.stdout.index("{"):])          # printed by rank 0 only
+    assert summary["world_size"] == 2 and summary["steps"] == 2 and summary["objective"] == "ema_head"
+    exported = _exported(layout.model_dir)
+    start = load_encoder("minilm", "mean", max_length=L, device="cpu").model.state_dict()
+    name = "embeddings.word_embeddings.weight"
+    assert not torch.equal(exported[f"parts/target.{name}"], start[name])
+    assert {k.split(".")[0] for k in exported if k.startswith("parts/")} == {"parts/head", "parts/target"}
