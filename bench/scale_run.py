@@ -65,6 +65,7 @@ from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on 
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_STAGES = ("ingest", "importance", "knn", "cluster", "render", "evaluate")
+NODE_STAGES = ("knn", "cluster", "render", "evaluate")   # their work is on the map's nodes (the embed row too)
 # The growth model of each stage (the exponent of n its time follows at least) and why.
 MODEL = {"ingest": (1.0, "linear in papers and references (a pass over the files, a shuffle)"),
          "importance": (1.0, "linear in mentions and pairs (Spark shuffles)"),
@@ -258,6 +259,33 @@ def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
     return entry
 
 
+def nodes_per_paper(run: Path, min_citations: int) -> dict:
+    """Map nodes a paper of a finished ingest had it mapped the cited-only papers that at least
+    `min_citations` mapped corpus papers cite ([ingest] cited_only_min_citations), read from its
+    tables: the corpus papers mapped, plus those cited-only papers (the run's own setting must be
+    at most min_citations: a papers table keeps only the cited-only papers its setting mapped)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    papers = ds.dataset(str(run / "papers")).to_table(columns=["paper_id", "source_file", "mapped"])
+    corpus = papers.filter(pc.is_valid(papers["source_file"]))
+    citing = corpus.filter(corpus["mapped"])["paper_id"]
+    cited_only = papers.filter(pc.is_null(papers["source_file"]))["paper_id"]
+    counts = None
+    for b in ds.dataset(str(run / "references")).to_batches(columns=["citing_id", "cited_id"], batch_size=1 << 22):
+        b = b.filter(pc.and_(pc.is_in(b["citing_id"], value_set=citing), pc.is_in(b["cited_id"], value_set=cited_only)))
+        t = pa.table({"cited_id": b["cited_id"], "citing_id": b["citing_id"]}).group_by(
+            ["cited_id", "citing_id"]).aggregate([])        # distinct (cited, citing) pairs of the batch
+        counts = t if counts is None else pa.concat_tables([counts, t])
+    per_cited = counts.group_by(["cited_id", "citing_id"]).aggregate([]).group_by("cited_id").aggregate(
+        [("citing_id", "count")])
+    kept = int(pc.sum(pc.greater_equal(per_cited["citing_id_count"], min_citations)).as_py() or 0)
+    n_corpus = corpus.num_rows
+    return {"min_citations": min_citations, "corpus_papers": n_corpus, "corpus_mapped": len(citing),
+            "cited_only_mapped": kept, "nodes_per_paper": (len(citing) + kept) / n_corpus}
+
+
 def fit(sizes: list[int], values: list[float], exponent: float, bounded: bool = False) -> tuple[float, float]:
     """(a, b) of value = a + b * n^exponent, least squares, a >= 0 (the stage's fixed cost: start-up,
     imports, the JVM); one size: a = 0. `bounded` (peak memory): a value that did not grow over the
@@ -331,6 +359,10 @@ def main() -> int:
                     "Only figures of the same code belong together: the file's commit is printed")
     ap.add_argument("--project-dim", type=int, default=768, help="vector dimensions of the projected run (SciBERT: "
                     "768); the knn stage's time and the b N part of its peak scale by project-dim / --dim")
+    ap.add_argument("--cited-only-min-citations", type=int, help="project with the map nodes a paper that "
+                    "[ingest] cited_only_min_citations = this would keep, counted on the largest size's run "
+                    "(its papers and references tables; the generated default maps every cited-only paper a "
+                    "mapped paper cites): the kNN, cluster, render, evaluate and embed rows scale with nodes")
     ap.add_argument("--target-peak-gib", type=float, default=12.0, help="each stage's peak at >= 2M papers, at most")
     ap.add_argument("--stage-memory-gib", type=float, help="[cluster] memory_gb of the runs: the Leiden runs at "
                     "once are those that fit in it (default --target-peak-gib; 0 = the machine's free memory)")
@@ -380,8 +412,17 @@ def main() -> int:
         embed_rate, embed_basis = row["tokens_per_s"], f"{args.gpu_json}: {row['name']}"
     N = args.project_papers
     big = results[-1]
-    nodes_ratio = big["nodes"] / big["papers"]
-    print(f"\nprojected to {N / 1e6:.0f}M papers ({N * nodes_ratio / 1e6:.0f}M map nodes at the generated "
+    measured_ratio = nodes_ratio = big["nodes"] / big["papers"]
+    node_scale = 1.0   # the stages that work on the map's nodes see a corpus this many times larger
+    if args.cited_only_min_citations is not None:
+        run = args.root / f"n{big['papers']}" / "run"
+        own, rule = nodes_per_paper(run, 1), nodes_per_paper(run, args.cited_only_min_citations)
+        node_scale = rule["nodes_per_paper"] / own["nodes_per_paper"]
+        nodes_ratio = measured_ratio * node_scale
+        print(f"\ncited_only_min_citations = {rule['min_citations']} on the {big['papers']:,}-paper run's tables: "
+              f"{rule['corpus_mapped']:,} mapped corpus papers + {rule['cited_only_mapped']:,} cited-only, against "
+              f"{own['cited_only_mapped']:,} cited-only at 1 (the run's own): the map's nodes x {node_scale:.3f}")
+    print(f"\nprojected to {N / 1e6:.0f}M papers ({N * nodes_ratio / 1e6:.0f}M map nodes at "
           f"{nodes_ratio:.2f} nodes a paper) on {NODE_CORES} cores, {NODE_MEMORY_GB} GB, 1 H100; "
           f"each added core worth {args.efficiency:.0%} of one")
     print(f"{'stage':<11} {'growth':>7} {'serial':>7} {'speed-up':>9} {'hours':>7} {'peak GB':>8}  basis")
@@ -410,13 +451,15 @@ def main() -> int:
             speed, serial = node_speedup(s["cpu_s"], s["seconds"], here, args.efficiency)
             # kNN's distance computations and codes grow with the dimensions (the other stages' inputs do not)
             dims = args.project_dim / args.dim if stage == "knn" else 1.0
-            hours = (a + b * N ** e * dims) / par / speed / 3600
+            Ns = N * (node_scale if stage in NODE_STAGES else 1.0)
+            hours = (a + b * Ns ** e * dims) / par / speed / 3600
             anon = all(r["stages"][stage].get("peak_anon_bytes") for r in results)
             key = "peak_anon_bytes" if anon else "peak_rss_bytes"
             pa_, pb = fit(sizes, [r["stages"][stage][key] for r in results], 1.0, bounded=True)
-            peak = (pa_ + pb * N * dims) / 1e9
+            peak = (pa_ + pb * Ns * dims) / 1e9
             basis = (f"({a:.0f} + {b * big['papers'] ** e:.0f} x (N/n)^{e:.2f}) CPU s at {big['papers']:,}, "
-                     f"N = {N / 1e6:.0f}M" + (f" x {args.project_dim}/{args.dim} dimensions" if dims != 1 else "")
+                     f"N = {Ns / 1e6:.0f}M" + (" (in nodes)" if Ns != N else "")
+                     + (f" x {args.project_dim}/{args.dim} dimensions" if dims != 1 else "")
                      + f"; / {par:.2f} cores busy here / {speed:.1f} on the node ({why}; slope seen {measured:.2f}); "
                      + ("peak without file-backed pages" if anon else "peak with file-backed pages (PSS)"))
             table.append({"stage": stage, "growth": e, "serial": serial, "speedup": speed, "hours": hours,
@@ -440,7 +483,7 @@ def main() -> int:
                              f"<= {args.target_peak_gib} GiB")
     verdicts.at_most(f"projected {N / 1e6:.0f}M run, hours", total, args.target_hours, "{:.2f}")
     peak_gb = max(r["peak_gb"] for r in table if r["peak_gb"] is not None)
-    verdicts.at_most(f"projected largest stage peak, GB", peak_gb, args.target_projected_peak_gb, "{:.1f}")
+    verdicts.at_most("projected largest stage peak, GB", peak_gb, args.target_projected_peak_gb, "{:.1f}")
     if args.json:
         args.json.write_text(json.dumps({"sizes": results, "projection": table, "total_hours": total,
                                          "verdicts": verdicts.as_json(), "complete": True}, indent=2))

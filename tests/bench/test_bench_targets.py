@@ -305,6 +305,19 @@ def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo
     assert resumed["complete"] and set(resumed["sizes"][0]["stages"]) == set(first["sizes"][0]["stages"])
     assert resumed["sizes"][0]["stages"]["knn"] == first["sizes"][0]["stages"]["knn"]
     assert (tmp_path / "scale" / "n1500" / "run" / "map.png").is_file()  # render ran again, in place
+    # fewer cited-only papers mapped: the stages on the map's nodes shrink, ingest and importance do not
+    p = bench(repo_root, "scale_run.py", "--sizes", "--sizes-from", figures, "--root", tmp_path / "scale",
+              "--target-hours", 0, "--cited-only-min-citations", 2, "--json", tmp_path / "again" / "min2.json")
+    m = re.search(r"cited_only_min_citations = 2 .*: ([0-9,]+) mapped corpus papers \+ ([0-9,]+) cited-only, against "
+                  r"([0-9,]+) cited-only at 1 .*: the map's nodes x ([0-9.]+)", p.stdout)
+    assert m, p.stdout[-3000:]
+    corpus, at2, at1 = (int(g.replace(",", "")) for g in m.groups()[:3])
+    scale = float(m.group(4))
+    assert 0 < at2 < at1 and abs(scale - (corpus + at2) / (corpus + at1)) < 1e-3
+    min2 = {r["stage"]: r["hours"] for r in json.loads((tmp_path / "again" / "min2.json").read_text())["projection"]}
+    base = {r["stage"]: r["hours"] for r in resumed["projection"]}
+    assert min2["ingest"] == base["ingest"] and min2["importance"] == base["importance"]
+    assert all(min2[s] < base[s] for s in ("knn", "cluster", "render", "evaluate", "embed"))
     # other settings than those measured: refused, nothing run
     p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--ef-search", 64,
               "--json", figures, "--resume")
