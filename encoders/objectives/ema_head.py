@@ -58,6 +58,24 @@ class EmaHeadObjective(TripletObjective):
         predict = 1 - F.cosine_similarity(predicted, target_p, dim=-1).mean()
         return self.loss(a, p, n, batch) + PREDICT_WEIGHT * predict
 
+    def validate(self, enc, data: dict, batch_size: int = 32) -> dict:
+        """The triplet figures, and the head's own: the mean cosine of head(anchor) with the
+        target's vector of the positive over the validation triplets (`predict_cosine`; 1 = perfect)."""
+        out = super().validate(enc, data, batch_size)
+        if not data["ai"] or not self.parts:
+            return out
+        tok = data["tokens"]
+        target_enc = dataclasses.replace(enc, model=self.parts["target"].module)
+        anchors = torch.from_numpy(enc.encode_ids([tok[i] for i in data["ai"]], batch_size)).to(enc.device)
+        positives = torch.from_numpy(target_enc.encode_ids([tok[i] for i in data["pi"]], batch_size)).to(enc.device)
+        head = self.parts["head"].module
+        was_training = head.training
+        head.eval()
+        with torch.no_grad():
+            out["predict_cosine"] = float(F.cosine_similarity(head(anchors), positives, dim=-1).mean())
+        head.train(was_training)
+        return out
+
     def view_specs(self, enc) -> dict:
         return {"head": ViewSpec(keys=("head",), dim=enc.dim)}
 

@@ -67,6 +67,11 @@ def test_parts_train_checkpoint_export_and_the_target_follows_by_ema(tmp_path, r
     assert card["parts"]["head"] == {"trainable": True, "parameters": 2 * (384 * 384 + 384), "lr": ema_head.HEAD_LR}
     assert card["parts"]["target"]["trainable"] is False
 
+    # Its own validation figure beside the triplet ones, logged before and after training.
+    vals = [r for r in read_log(layout.train_log) if r["kind"] == "val"]
+    assert [r["step"] for r in vals] == [0, 2, 4] and all(-1 <= r["val_predict_cosine"] <= 1 for r in vals)
+    assert vals[0]["val_predict_cosine"] != vals[-1]["val_predict_cosine"] and "accuracy" in summary["val_after"]
+
     # The optimizer holds the head in groups of their own, at the head's rate on the run's schedule.
     state = load_checkpoint(layout.checkpoints_dir / "step-00000002")
     groups = state["optimizer"]["param_groups"]
