@@ -415,11 +415,15 @@ def main() -> int:
     measured_ratio = nodes_ratio = big["nodes"] / big["papers"]
     node_scale = 1.0   # the stages that work on the map's nodes see a corpus this many times larger
     if args.cited_only_min_citations is not None:
-        run = args.root / f"n{big['papers']}" / "run"
+        # the generator's citations decide the share; the largest size whose run directory is still there
+        on_disk = [r["papers"] for r in results if (args.root / f"n{r['papers']}" / "run" / "references").is_dir()]
+        if not on_disk:
+            sys.exit(f"--cited-only-min-citations reads a run's tables: none of the sizes has its run under {args.root}")
+        run = args.root / f"n{max(on_disk)}" / "run"
         own, rule = nodes_per_paper(run, 1), nodes_per_paper(run, args.cited_only_min_citations)
         node_scale = rule["nodes_per_paper"] / own["nodes_per_paper"]
         nodes_ratio = measured_ratio * node_scale
-        print(f"\ncited_only_min_citations = {rule['min_citations']} on the {big['papers']:,}-paper run's tables: "
+        print(f"\ncited_only_min_citations = {rule['min_citations']} on the {max(on_disk):,}-paper run's tables: "
               f"{rule['corpus_mapped']:,} mapped corpus papers + {rule['cited_only_mapped']:,} cited-only, against "
               f"{own['cited_only_mapped']:,} cited-only at 1 (the run's own): the map's nodes x {node_scale:.3f}")
     print(f"\nprojected to {N / 1e6:.0f}M papers ({N * nodes_ratio / 1e6:.0f}M map nodes at "
