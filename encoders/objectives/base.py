@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sciencemap.text import paper_text
+
 from encoders.objectives.batches import TripletBatch
 
 if TYPE_CHECKING:
@@ -113,14 +115,10 @@ class Objective:
         return {**out, "parts": self.parts_card()} if self._parts else out
 
     # -- at embed time
-    @staticmethod
-    def input_text(title: str | None, abstract: str | None, sep: str) -> str | None:
-        """The text this objective reads of a paper, in training and at embed time (its input view;
-        a module-level function of the objective's, so that the embed stage's feed processes can
-        take it): by default title [SEP] abstract (sciencemap.text.paper_text)."""
-        from sciencemap.text import paper_text
-
-        return paper_text(title, abstract, sep)
+    # The text this objective reads of a paper, in training and at embed time (its input view):
+    # input_text(title, abstract, sep), a module-level function, so that the embed stage's feed
+    # processes can take it and the default is recognised as such; by default title [SEP] abstract.
+    input_text = staticmethod(paper_text)
 
     def view_specs(self, enc: "Encoder") -> dict:
         """Named views the embed stage writes beside the main vector (name -> ViewSpec: keys and

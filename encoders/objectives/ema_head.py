@@ -50,7 +50,10 @@ class EmaHeadObjective(TripletObjective):
         k = len(batch)
         with torch.no_grad():
             target_enc = dataclasses.replace(enc, model=self.part("target"))
-            if hasattr(batch, "pooled"):     # tokenized (training): the 3k papers as the encoder read them
+            if hasattr(batch, "pooled") and not batch.parts:   # one padded batch: its positives' rows only
+                rows = {name: t[k:2 * k] for name, t in batch.inputs(enc.device).items()}
+                target_p = target_enc.forward(rows)
+            elif hasattr(batch, "pooled"):   # length buckets: the 3k papers as the encoder read them
                 target_p = batch.pooled(target_enc)[k:2 * k]
             else:
                 target_p = target_enc.embed_texts(list(batch.positives))

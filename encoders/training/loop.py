@@ -112,10 +112,17 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, parts=()) -> torch.optim.AdamW:
+    """AdamW over the encoder, then the objective's trainable `parts` (encoders.objectives.base.Part)
+    in groups of their own, at their own learning rate and weight decay."""
+    groups = _param_groups(model, cfg.weight_decay)
+    for part in parts:
+        if part.trainable:
+            for g in _param_groups(part.module, cfg.weight_decay if part.weight_decay is None else part.weight_decay):
+                if g["params"]:
+                    groups.append({**g, "lr": part.lr or cfg.lr})
     # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
-    return torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                             **({"fused": True} if device.type == "cuda" else {}))
+    return torch.optim.AdamW(groups, lr=cfg.lr, **({"fused": True} if device.type == "cuda" else {}))
 
 
 def _prepare_model(cfg: TrainConfig, model: torch.nn.Module) -> None:
@@ -304,17 +311,6 @@ class _Run:
         return [*self.enc.model.parameters(),
                 *(q for part in self.objective.parts.values() if part.trainable for q in part.module.parameters())]
 
-    def _optimizer(self) -> torch.optim.AdamW:
-        cfg = self.cfg
-        groups = _param_groups(self.enc.model, cfg.weight_decay)
-        for part in self.objective.parts.values():
-            if part.trainable:
-                for g in _param_groups(part.module, cfg.weight_decay if part.weight_decay is None else part.weight_decay):
-                    groups.append({**g, "lr": part.lr or cfg.lr})
-        # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).
-        return torch.optim.AdamW([g for g in groups if g["params"]] if self.objective.parts else groups, lr=cfg.lr,
-                                 **({"fused": True} if self.enc.device.type == "cuda" else {}))
-
     def set_up(self, make_schedule) -> None:
         cfg, dist, enc = self.cfg, self.dist, self.enc
         if dist.main:
@@ -323,7 +319,7 @@ class _Run:
                 f"{cfg.grad_accum}x{dist.world} on {enc.device} ({enc.path.name}, pooling={enc.pooling}, "
                 f"max_length={enc.max_length}, objective={self.objective.name} "
                 f"{json.dumps(self.objective.settings())})")
-        self.opt = self._optimizer()
+        self.opt = _optimizer(cfg, enc.model, enc.device, self.objective.parts.values())
         self.sched = make_schedule(self.opt, int(cfg.warmup_ratio * self.total), self.total)
         self._resume()
         self.train_enc = enc

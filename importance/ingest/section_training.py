@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sciencemap.storage import atomic_file
+
 from importance.ingest.section_model import MODEL_FILE, SectionModel, features, neighbour_classes, section_number
 from importance.ingest.classify import tsv_rows
 from importance.ingest.headings import CLASSES, class_from_sec_type, known_class
@@ -173,8 +175,8 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
         return labelled_sections(data_dir)
     files = [data_dir / ELIFE_TAR, data_dir / SCISUMMNET_TAR, data_dir / CLSCISUMM_TAR, data_dir / UNARXIVE_TAR,
              *sorted((data_dir / PMC_DIR).glob("*.nxml")), Path(__file__),
-             *(PACKAGE / f for f in ("sections.py", "readers/common.py", "readers/jats.py", "readers/scisummnet.py",
-                                     "readers/s2orc.py"))]
+             *(PACKAGE / f for f in ("headings.py", "sections.py", "readers/common.py", "readers/jats.py",
+                                     "readers/scisummnet.py", "readers/s2orc.py"))]
     key = hashlib.sha1(json.dumps([(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
     path = cache / f"section_examples-{key[:16]}.json.gz"
     if path.exists():
@@ -182,11 +184,8 @@ def cached_labelled_sections(data_dir: Path, cache: Path | None) -> list[Section
             return [Section(**{**r, "neighbours": None if r["neighbours"] is None else tuple(r["neighbours"])})
                     for r in json.load(f)]
     secs = labelled_sections(data_dir)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+    with atomic_file(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as f:
         json.dump([asdict(x) for x in secs], f)
-    tmp.replace(path)  # whole or not at all
     return secs
 
 
