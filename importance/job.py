@@ -33,6 +33,9 @@ class ImportanceConfig(SparkSettings):  # Spark settings: importance/ingest/spar
     val_fraction: float = setting(0.2, "share of anchors whose triplets form the validation split")
     anchor_fraction: float = setting(1.0, "share of citing papers sampled as anchors (by hash); 1 = all")
     output_partitions: int = setting(0, "files per written table; 0 = one per ~2M rows (at most shuffle_partitions)")
+    facet_signal: str = setting("none", "facet triplets beside the seed's (METHODS.md §8.2): none; section (I -> "
+                                "background, M -> method, R/D -> result); intent (the citing sentence's intent: "
+                                "run `jobs/facets.py intent-label` first)", choices=("none", "section", "intent"))
 
 
 def _require_ingested(layout: RunLayout, name: str) -> Path:
@@ -150,18 +153,26 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None, size: I
     tcfg = TripletConfig(K=cfg.K, H=cfg.H, margin=cfg.margin, seed=cfg.seed, val_fraction=cfg.val_fraction,
                          anchor_fraction=cfg.anchor_fraction)
     trip = sample_triplets(pairs, papers, tcfg, n_candidates=n_cand)
+    facet_pairs = {}
+    if cfg.facet_signal != "none":
+        trip, facet_pairs = _with_facet_triplets(trip, pairs, ments, papers, tcfg, cfg.facet_signal, layout, spark, n_cand)
     meta = {"K": cfg.K, "H": cfg.H, "margin": cfg.margin, "seed": cfg.seed, "feature_set": cfg.feature_set,
-            "weight_method": cfg.weight_method, "scaled_score": cfg.scaled_score}
+            "weight_method": cfg.weight_method, "scaled_score": cfg.scaled_score, "facet_signal": cfg.facet_signal}
     # computed once, written, then counted from the written table (cheaper than persisting it)
     trip_parts = cfg.output_partitions or _auto_partitions(n_pairs // 10, 2_000_000, used.shuffle_partitions)
     write_triplets(trip, layout.table("triplets"), meta, partitions=trip_parts)
     written = spark.read.parquet(str(layout.table("triplets")))
-    tcount = written.groupBy("negative_kind", "split").agg(F.count(F.lit(1)).alias("n")).collect()
-    counts = {(r["negative_kind"], r["split"]): r["n"] for r in tcount}
+    tcount = written.groupBy("negative_kind", "split", "facet").agg(F.count(F.lit(1)).alias("n")).collect()
+    counts = {(r["negative_kind"], r["split"]): r["n"] for r in tcount if r["facet"] is None}
+    by_facet = {}
+    for r in tcount:
+        if r["facet"] is not None:
+            d = by_facet.setdefault(r["facet"], {})
+            d[f"{r['negative_kind']}/{r['split']}"] = d.get(f"{r['negative_kind']}/{r['split']}", 0) + r["n"]
     n_trip = sum(counts.values())
     timings["triplets_s"] = round(time.time() - t1, 2)
     n_hard = sum(v for (k, _), v in counts.items() if k == "hard")
-    anchors = written.select(F.countDistinct("anchor_id")).first()[0]
+    anchors = written.where(F.col("facet").isNull()).select(F.countDistinct("anchor_id")).first()[0]
 
     res = {r["source"]: {"references": r["refs"], "resolved": int(r["resolved_refs"] or 0),
                          "rate": round((r["resolved_refs"] or 0) / r["refs"], 4) if r["refs"] else None}
@@ -175,9 +186,37 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None, size: I
         "n_triplets": n_trip, "share_hard_negatives": round(n_hard / n_trip, 4) if n_trip else None,
         "triplets_by_kind_split": {f"{k}/{s}": v for (k, s), v in sorted(counts.items())},
         "n_anchors_with_triplets": anchors,
+        "facet_triplets": {f: {"pairs": facet_pairs[f], "triplets": sum(by_facet.get(f, {}).values()),
+                               "by_kind_split": dict(sorted(by_facet.get(f, {}).items()))} for f in facet_pairs},
         "resolution_rate_per_source": res, "triplet_meta": meta, "timings": timings,
         "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record(),
     }
     shutil.rmtree(base_dir, ignore_errors=True)
     write_json_atomic(layout.importance_summary, summary)
     return summary
+
+
+def _with_facet_triplets(trip, pairs, ments, papers, tcfg, signal: str, layout: RunLayout, spark, n_cand: int):
+    """The seed triplets + one set of facet triplets per facet (METHODS.md §8.2), and the number of
+    pairs each facet graph holds. The section signal is read off the pairs' own counts (f_I,
+    f_M, f_R + f_D: no second pass over the mentions); the intent signal joins the mentions with
+    the labelled citing sentences."""
+    from pyspark.sql import functions as F
+
+    from importance.facets import COUNT, facet_counts, with_facet_counts
+    from importance.triplets import sample_facet_triplets
+    from sciencemap.contracts import FACETS
+
+    if signal == "section":
+        counts = pairs.select("citing_id", "cited_id", F.col("f_I").alias(COUNT["background"]),
+                              F.col("f_M").alias(COUNT["method"]), (F.col("f_R") + F.col("f_D")).alias(COUNT["result"]))
+    else:
+        intents = layout.table("context_intents")
+        require_table(intents, f"run `python jobs/facets.py intent-label --run {layout.root}` first (facet_signal = intent)")
+        counts = facet_counts(ments, "intent", spark.read.parquet(str(intents)))
+    fp = with_facet_counts(pairs, counts)
+    n_pairs = fp.select(*[F.sum((F.col(COUNT[f]) > 0).cast("int")).alias(f) for f in FACETS]).first().asDict()
+    for f in FACETS:
+        trip = trip.unionByName(sample_facet_triplets(fp.withColumn("c", F.col(COUNT[f])), papers, tcfg, f,
+                                                      n_candidates=n_cand))
+    return trip, {f: int(n_pairs[f] or 0) for f in FACETS}

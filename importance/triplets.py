@@ -51,19 +51,10 @@ def sample_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, n_c
     array functions, which Spark compiles (lambda functions are interpreted: the lambda version
     took 13.4 s instead of 9.6 s for this sampling at 10M mentions)."""
     seed = int(cfg.seed)
-    texts = papers.where(has_title()).select("paper_id")
-    if "has_text" in pairs.columns:
-        refs = pairs.where("has_text")
-    else:
-        refs = (pairs.join(texts.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_semi")
-                .join(texts.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi"))
-    if cfg.anchor_fraction < 1.0:
-        refs = refs.where(F.pmod(F.xxhash64(F.lit(seed), F.lit("anchor"), "citing_id"), F.lit(1_000_000))
-                          < int(cfg.anchor_fraction * 1_000_000))
+    texts, refs = _texts_and_references(pairs, papers, cfg)
     K, H = int(cfg.K), int(cfg.H)
-    B = max(1, (texts.count() if n_candidates is None else n_candidates) // max(1, cfg.bucket_size))
-    bucket_of = lambda col: F.pmod(F.xxhash64(F.lit(seed), F.lit("bucket"), col), F.lit(B))  # noqa: E731
     parts = int(refs.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    bucket_of = _bucketer(seed, texts, cfg, n_candidates)
     # grouped by (b, anchor) inside partitions hashed by b: the bucket join below reuses them
     lists = (refs.select(F.col("citing_id").alias("anchor_id"), bucket_of(F.col("citing_id")).alias("b"),
                          F.struct((-F.col("importance")).alias("ni"), "tie_hash", "cited_id").alias("x"))
@@ -76,12 +67,68 @@ def sample_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, n_c
     P = F.slice("ids", 1, F.col("h") + F.col("e"))
     NH = F.slice(F.reverse("ids"), 1, F.col("h"))
     lists = lists.select("b", "anchor_id", "ids", "h", "e", P.alias("P"), NH.alias("NH"))
+    return _with_negatives(lists, texts, bucket_of, cfg, need_easy=K > H)
+
+
+def _texts_and_references(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig) -> tuple[DataFrame, DataFrame]:
+    """The candidate papers (with a title) and the pairs whose two papers have a title, of the sampled anchors."""
+    texts = papers.where(has_title()).select("paper_id")
+    if "has_text" in pairs.columns:
+        refs = pairs.where("has_text")
+    else:
+        refs = (pairs.join(texts.withColumnRenamed("paper_id", "cited_id"), "cited_id", "left_semi")
+                .join(texts.withColumnRenamed("paper_id", "citing_id"), "citing_id", "left_semi"))
+    if cfg.anchor_fraction < 1.0:
+        refs = refs.where(F.pmod(F.xxhash64(F.lit(int(cfg.seed)), F.lit("anchor"), "citing_id"), F.lit(1_000_000))
+                          < int(cfg.anchor_fraction * 1_000_000))
+    return texts, refs
+
+
+def sample_facet_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, facet: str,
+                          n_candidates: int | None = None) -> DataFrame:
+    """Algorithm 1 for one facet (METHODS.md §8.2): pairs as for sample_triplets plus `c` (the pair's
+    citing sentences of this facet) and `c_any` (of any facet). Positives: references with c > 0, by
+    (c desc, tie_hash, cited_id). Hard negatives: references cited for another facet only (c = 0 <
+    c_any), least important first (importance asc, tie_hash, cited_id). Step t < K exists while
+    positives last; it is hard when t < H and a hard negative is left, else easy. Same buckets, easy
+    negatives and anchor split as the seed triplets (same seed), and `facet` names the facet."""
+    texts, refs = _texts_and_references(pairs, papers, cfg)
+    K, H = int(cfg.K), int(cfg.H)
+    parts = int(refs.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    bucket_of = _bucketer(int(cfg.seed), texts, cfg, n_candidates)
+    pos = F.when(F.col("c") > 0, F.struct((-F.col("c")).alias("nc"), "tie_hash", "cited_id"))
+    neg = F.when((F.col("c") == 0) & (F.col("c_any") > 0), F.struct("importance", "tie_hash", "cited_id"))
+    lists = (refs.select(F.col("citing_id").alias("anchor_id"), bucket_of(F.col("citing_id")).alias("b"),
+                         "cited_id", pos.alias("p"), neg.alias("n"))
+             .repartition(parts, "b").groupBy("b", "anchor_id")
+             .agg(F.collect_list("cited_id").alias("ids"), F.sort_array(F.collect_list("p")).alias("Lp"),
+                  F.sort_array(F.collect_list("n")).alias("Ln")))
+    h = F.least(F.lit(min(H, K)), F.size("Lp"), F.size("Ln"))
+    e = F.least(F.lit(K), F.size("Lp")) - h
+    lists = lists.select("b", "anchor_id", "ids", "Lp", "Ln", h.alias("h"), e.alias("e")).where("h + e > 0")
+    lists = lists.select("b", "anchor_id", "ids", "h", "e", F.slice("Lp.cited_id", 1, F.col("h") + F.col("e")).alias("P"),
+                         F.slice("Ln.cited_id", 1, F.col("h")).alias("NH"))
+    return _with_negatives(lists, texts, bucket_of, cfg, need_easy=True, facet=facet)
+
+
+def _bucketer(seed: int, texts: DataFrame, cfg: TripletConfig, n_candidates: int | None):
+    """The easy-negative bucket of a paper id column: ~bucket_size candidate papers a bucket."""
+    B = max(1, (texts.count() if n_candidates is None else n_candidates) // max(1, cfg.bucket_size))
+    return lambda col: F.pmod(F.xxhash64(F.lit(seed), F.lit("bucket"), col), F.lit(B))
+
+
+def _with_negatives(lists: DataFrame, texts: DataFrame, bucket_of, cfg: TripletConfig, need_easy: bool,
+                    facet: str | None = None) -> DataFrame:
+    """lists (b, anchor_id, ids: every reference of the anchor, P: its positives in step order,
+    NH: its hard negatives in step order, h, e: hard and easy step counts) -> one row per triplet:
+    step t < h pairs P[t] with NH[t]; the e steps after it pair P[t] with an easy negative."""
+    seed = int(cfg.seed)
     # candidates: every paper with a title, in buckets of ~bucket_size, each sorted by a seeded hash
     buckets = (texts.select(bucket_of(F.col("paper_id")).alias("b"),
                             F.struct(F.xxhash64(F.lit(seed), F.lit("order"), "paper_id").alias("o"),
                                      F.col("paper_id").alias("id")).alias("c"))
                .groupBy("b").agg(F.sort_array(F.collect_list("c")).getField("id").alias("C")))
-    if K > H:
+    if need_easy:
         lists = lists.join(buckets.hint("shuffle_hash"), "b", "left")
     else:
         lists = lists.withColumn("C", F.array().cast("array<string>"))
@@ -103,4 +150,5 @@ def sample_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, n_c
           & ((F.col("negative_kind") == "easy") | ~F.array_contains("P", F.col("negative_id"))))
     split = F.when(F.pmod(F.xxhash64(F.lit(seed), F.lit("split"), "anchor_id"), F.lit(10_000))
                    < int(round(cfg.val_fraction * 10_000)), F.lit(SPLIT_VAL)).otherwise(F.lit(SPLIT_TRAIN))
-    return trip.where(ok).select("anchor_id", "positive_id", "negative_id", "negative_kind", split.alias("split"))
+    return trip.where(ok).select("anchor_id", "positive_id", "negative_id", "negative_kind", split.alias("split"),
+                                 F.lit(facet).cast("string").alias("facet"))

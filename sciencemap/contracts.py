@@ -11,6 +11,8 @@ import pyarrow as pa
 
 # Section classes (METHODS.md §1). O = anything else (abstract, legends, acknowledgements...).
 SECTION_CLASSES = ("I", "M", "R", "D", "O")
+# Citation facets (METHODS.md §8): the intent of a citing sentence, or its section's class as a proxy.
+FACETS = ("background", "method", "result")
 # Triplet splits, by anchor (Algorithm 1: 80/20).
 SPLIT_TRAIN, SPLIT_VAL = "train", "val"
 
@@ -62,11 +64,23 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("year", pa.int32()),
         ("doi", pa.string()), ("pmid", pa.string()), ("raw", pa.string()),
     ]),
-    # One row per in-text citation (a mention of a reference inside a section).
+    # One row per in-text citation (a mention of a reference inside a section). context: the citing
+    # sentence (JATS, S2ORC/unArXive: the sentence around the citation; ScisummNet, CL-SciSumm: the
+    # citance), null where the input has none (METHODS.md §8.1).
     "mentions": pa.schema([
         ("citing_id", pa.string()), ("ref_key", pa.string()), ("cited_id", pa.string()),
         ("section_title", pa.string()), ("section_type", pa.string()),
-        ("section_class", pa.string()), ("position", pa.int32()),
+        ("section_class", pa.string()), ("position", pa.int32()), ("context", pa.string()),
+    ]),
+    # An abstract split into facets (encoders.facets.splitter label; METHODS.md §8.1): its sentences
+    # and one facet each (background / method / result).
+    "abstract_facets": pa.schema([
+        ("paper_id", pa.string()), ("sentences", pa.list_(pa.string())), ("facets", pa.list_(pa.string())),
+    ]),
+    # Citation intent of each distinct citing sentence (encoders.facets.intent label; METHODS.md §8.1).
+    "context_intents": pa.schema([
+        ("citing_id", pa.string()), ("context", pa.string()), ("intent", pa.string()),
+        ("p_background", pa.float32()), ("p_method", pa.float32()), ("p_result", pa.float32()),
     ]),
     # Opt-in ([ingest] keep_sections): each top-level section of a paper read in full, in order.
     # class_source: what decided section_class (sec_type, heading, appendix, model, position);
@@ -110,9 +124,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("entropy", pa.float64()), ("weight", pa.float64()),
     ]),
     # Algorithm 1 output. negative_kind: "hard" (least important reference) or "easy" (uncited).
+    # facet: null for the seed's triplets; background / method / result for the facet triplets
+    # ([importance] facet_signal, METHODS.md §8.2), sampled per facet from the same pairs.
     "triplets": pa.schema([
         ("anchor_id", pa.string()), ("positive_id", pa.string()), ("negative_id", pa.string()),
-        ("negative_kind", pa.string()), ("split", pa.string()),
+        ("negative_kind", pa.string()), ("split", pa.string()), ("facet", pa.string()),
     ]),
     # Directed kNN lists: each paper's k nearest neighbours by cosine, rank 1 = nearest. src and
     # dst are row numbers of the run's vector store (sciencemap.vectors: `vectors/ids.parquet`

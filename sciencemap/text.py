@@ -7,6 +7,7 @@ crashes a stage and never turns into the word "nan".
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Iterable
 
 
@@ -42,3 +43,23 @@ def paper_text(title, abstract, sep: str = "[SEP]") -> str:
     if t and a:
         return f"{t} {sep} {a}"
     return t or a
+
+
+@lru_cache(maxsize=1)
+def _segmenter():
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(paragraphs: Iterable[str | None]) -> list[str]:
+    """The sentences of the paragraphs, in order, white space folded: pysbd's rule-based English
+    segmenter (abbreviations, decimals, "et al.", "Fig. 1A" and the like stay inside a sentence), run
+    per paragraph so that a sentence never crosses one. The sections table and the abstract facet
+    splitter read text through it."""
+    out = []
+    for p in paragraphs:
+        p = " ".join(clean_text(p).split())
+        if p:
+            out += [t for t in (" ".join(x.split()) for x in _segmenter().segment(p)) if t]
+    return out

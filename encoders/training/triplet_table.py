@@ -34,6 +34,7 @@ from encoders.training.item_store import (ITEMS, ROWS, ItemStore, files_state, o
                                           write_items, write_rows)
 from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
 from sciencemap.layout import RunLayout
+from sciencemap.runtime import UserError
 from sciencemap.storage import dataset
 from sciencemap.text import paper_text
 
@@ -117,8 +118,19 @@ class TripletTokens:
                 "ni": [ids[r] for r in d["n"].tolist()], "kind": list(d["kind"]), "tokens": tokens}
 
 
-def _read_triplets(layout: RunLayout):
-    df = dataset(layout.table("triplets"), HINT).to_table(columns=TRIPLET_COLUMNS).to_pandas()
+def _read_triplets(layout: RunLayout, facet: str | None = None):
+    """The seed triplets (facet null), or those of one facet (METHODS.md §8.2)."""
+    import pyarrow.dataset as pds
+
+    d = dataset(layout.table("triplets"), HINT)
+    if "facet" in d.schema.names:
+        keep = pds.field("facet").is_null() if facet is None else (pds.field("facet") == facet)
+        df = d.to_table(columns=TRIPLET_COLUMNS, filter=keep).to_pandas()
+    elif facet is None:   # a table written before facets
+        df = d.to_table(columns=TRIPLET_COLUMNS).to_pandas()
+    else:
+        raise UserError(f"{layout.table('triplets')} has no facet triplets: run the importance stage with "
+                        "[importance] facet_signal = section or intent")
     # Spark's row order is not stable between runs: sort, then shuffle with our own seed.
     return df.sort_values(["split", "anchor_id", "positive_id", "negative_id"], kind="stable")
 

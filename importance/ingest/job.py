@@ -134,7 +134,7 @@ def _internal_schemas():
         ("doi", S), ("pmid", S), ("hint_id", S), ("title_norm", S), ("raw", S), ("source_file", S)]])
     mention = T.StructType([T.StructField(n, t) for n, t in [
         ("citing_id", S), ("ref_key", S), ("section_title", S), ("section_type", S),
-        ("section_class", S), ("position", T.IntegerType()), ("source_file", S)]])
+        ("section_class", S), ("position", T.IntegerType()), ("context", S), ("source_file", S)]])
     reject = T.StructType([T.StructField(n, S) for n in
                            ("source_file", "record_id", "stage", "reason", "source", "level")])
     section = T.StructType([T.StructField(n, t) for n, t in [
@@ -145,7 +145,7 @@ def _internal_schemas():
         ("position", T.IntegerType()), ("source_file", S)]])
     citance = T.StructType([T.StructField(n, t) for n, t in [
         ("citing_id", S), ("cited_id", S), ("ref_key", S), ("authors", author), ("key", S),
-        ("prefix", S), ("suffix", S), ("record_id", S), ("source_file", S), ("source", S)]])
+        ("prefix", S), ("suffix", S), ("record_id", S), ("source_file", S), ("source", S), ("context", S)]])
     return {"paper": paper, "ref": ref, "mention": mention, "reject": reject, "sentence": sentence, "section": section,
             "citance": citance, "warning": to_spark_schema("warnings"), "file": to_spark_schema("files")}
 
@@ -418,7 +418,7 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
         "citing_id", "ref_key", F.col("m.section_title").alias("section_title"),
         F.lit(None).cast("string").alias("section_type"),
         F.coalesce(F.col("m.section_class"), F.lit("O")).alias("section_class"),
-        F.col("m.position").alias("position"), "source_file", F.col("m").isNotNull().alias("_matched"),
+        F.col("m.position").alias("position"), "context", "source_file", F.col("m").isNotNull().alias("_matched"),
         F.col("source").alias("_citance_source"))
     cit_rejects = cit_rejects.unionByName(rej_cols(cit_all.where("_dup"), DUPLICATE_CITANCE_REASON))
     # A citance of a citing paper whose body was not read ("map" input) is a citation link only.

@@ -242,7 +242,8 @@ def _citances(path, rp, pid, paper_id, by_sid, anns, source) -> list[tuple[str, 
         # Key of the first cited sentence found in a SECTION of this file: an exact sentence match.
         key = next((by_sid[s] for s in a["sids"] if by_sid.get(s)), None) or text_key(a["text"]) or None
         out.append((CITANCE, dict(base, key=key, prefix=key[:KEY_LEN] if key else None,
-                                  suffix=key[-KEY_LEN:] if key else None, record_id=a["record_id"])))
+                                  suffix=key[-KEY_LEN:] if key else None, record_id=a["record_id"],
+                                  context=a["text"] or None)))
     if not out:  # cites the RP, place unknown: null keys match no sentence -> class O
-        out.append((CITANCE, dict(base, key=None, prefix=None, suffix=None, record_id=f"{rp}#{pid}")))
+        out.append((CITANCE, dict(base, key=None, prefix=None, suffix=None, record_id=f"{rp}#{pid}", context=None)))
     return out

@@ -34,7 +34,7 @@ from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, au
                                               keep_warning, keyword_list, norm_doi, norm_title, parse_xml,
                                               parse_year, section_records)
 from importance.ingest.readers.refstrings import parse_reference, plausible_year
-from importance.ingest.readers.sentences import split_sentences
+from importance.ingest.readers.sentences import context_at, sentence_bounds, split_sentences
 from importance.ingest.section_model import BODY_WORDS
 from importance.ingest.sections import classify_sections
 
@@ -244,17 +244,56 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bo
     if sections:
         out += section_records(paper_id, path, titles, classes, sources,
                                [split_sentences(block_paragraphs(els)) for _, _, els in blocks])
+    contexts = CitingSentences()
     for pos, ((stitle, stype, els), cls) in enumerate(zip(blocks, classes)):
         for el in els:
             for x in el.iter("xref"):
                 if x.get("ref-type") != "bibr":
                     continue
+                context = contexts.of(x)
                 for rid in (x.get("rid") or "").split():
                     out.append((MENTION, {
                         "citing_id": paper_id, "ref_key": rid, "section_title": stitle,
                         "section_type": stype, "section_class": cls, "position": pos,
-                        "source_file": path}))
+                        "context": context, "source_file": path}))
     return out
+
+
+class CitingSentences:
+    """The sentence around each citation <xref> (mentions.context): the text of its nearest enclosing
+    <p> (else its parent: a table cell, a caption title) is read once, with the xrefs' offsets in it."""
+
+    def __init__(self):
+        self._paragraphs: dict = {}
+
+    def of(self, xref) -> str | None:
+        box = next(xref.iterancestors("p"), None)
+        if box is None:
+            box = xref.getparent()
+        if box not in self._paragraphs:
+            parts, spans = [], {}
+            _walk(box, parts, spans, [0])
+            text = "".join(parts)
+            self._paragraphs[box] = (text, sentence_bounds(text), spans)
+        text, starts, spans = self._paragraphs[box]
+        begin, end = spans.get(xref, (0, 0))
+        return context_at(text, starts, begin, end)
+
+
+def _walk(el, parts: list, spans: dict, pos: list) -> None:
+    """Text of el in document order into parts; spans[xref] = its (start, end) offsets."""
+    def add(s):
+        if s:
+            parts.append(s)
+            pos[0] += len(s)
+    add(el.text)
+    for child in el:
+        if isinstance(child.tag, str):   # not a comment or processing instruction
+            start = pos[0]
+            _walk(child, parts, spans, pos)
+            if child.tag == "xref":
+                spans[child] = (start, pos[0])
+        add(child.tail)
 
 
 # Article types (JATS article-type, eLife's display channel) that are not research papers: their

@@ -36,7 +36,7 @@ from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, au
                                               json_truncated, norm_doi, norm_title, open_text_stream, parse_year, reject,
                                               section_records, starts_with, utf8_problem, warning)
 from importance.ingest.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
-from importance.ingest.readers.sentences import split_sentences
+from importance.ingest.readers.sentences import context_at, sentence_bounds, split_sentences
 from importance.ingest.headings import known_class
 from importance.ingest.sections import classify_sections
 from sciencemap.ids import norm_arxiv
@@ -200,15 +200,28 @@ def parse_doc(doc: dict, path: str, source: str, lineno: int, bodies: bool = Tru
             split_sentences(_MARKUP.sub(" ", p.get("text") or "") for p, _ in sec.paragraphs) for sec in tops])
     for pos, (sec, cls) in enumerate(zip(tops, classes)):
         for p, own in sec.paragraphs:
+            text, starts = p.get("text") or "", None
             for span in p.get("cite_spans") or []:
                 rid = span.get("ref_id")
                 if rid is None:
                     continue
+                if starts is None:
+                    starts = sentence_bounds(text)
                 out.append((MENTION, {
                     "citing_id": paper_id, "ref_key": str(rid), "section_title": sec.title or own,
                     "section_type": p.get("sec_type") or None, "section_class": cls, "position": pos,
-                    "source_file": path}))
+                    "context": _citing_sentence(text, starts, span), "source_file": path}))
     return out
+
+
+def _citing_sentence(text: str, starts: list[int], span: dict) -> str | None:
+    """mentions.context: the sentence around a cite span (its start/end offsets in the paragraph; a
+    span without offsets gets none), unArXive's {{cite:...}} and similar markup blanked."""
+    begin, end = span.get("start"), span.get("end")
+    if not isinstance(begin, int) or not (0 <= begin <= len(text)):
+        return None
+    ctx = context_at(text, starts, begin, end if isinstance(end, int) else begin)
+    return clean_ws(_MARKUP.sub(" ", ctx)) if ctx else None
 
 
 @dataclass

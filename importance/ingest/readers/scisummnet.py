@@ -174,7 +174,7 @@ def _parse_citances(path: str, data: bytes, source: str) -> list[tuple[str, dict
             "citing_id": f"acl:{citing.lower()}", "cited_id": f"acl:{cited.lower()}", "ref_key": cited,
             "authors": parse_authors(c.get("citing_paper_authors")), "key": key,
             "prefix": key[:KEY_LEN], "suffix": key[-KEY_LEN:], "record_id": rid, "source_file": path,
-            "source": source}))
+            "source": source, "context": clean_ws(c.get("clean_text") or c.get("raw_text")) or None}))
         if replaced and "\ufffd" in f"{c.get('clean_text')}{c.get('raw_text')}":
             out.append(warning(path, rid, f"citance text: {replaced} in the file", source))
     return out

@@ -1,28 +1,62 @@
 """Sentences of section text where the format marks none (JATS and S2ORC/unArXive paragraphs), for the
-sections table (METHODS.md §1.5): pysbd's rule-based English segmenter (abbreviations, decimals,
-"et al.", "Fig. 1A" and the like stay inside a sentence), run per paragraph so that a sentence never
-crosses one. ScisummNet marks its sentences (<S>) and is read as marked.
+sections table (METHODS.md §1.5): sciencemap.text.split_sentences (pysbd), run per paragraph so that a
+sentence never crosses one. ScisummNet marks its sentences (<S>) and is read as marked. And the
+citing sentence of each in-text citation, by a cheaper rule (below).
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Iterable
+import re
 
 from importance.ingest.readers.common import clean_ws
+from sciencemap.text import split_sentences  # noqa: F401  (the readers' sentences: pysbd, in sciencemap.text)
 
 
-@lru_cache(maxsize=1)
-def _segmenter():
-    import pysbd
+# The citing sentence of an in-text citation (mentions.context, METHODS.md §8.1). pysbd on every
+# paragraph of every full text would cost more than the rest of the reader, so the sentence around a
+# citation is cut by a cheap rule instead: a boundary is ". ", "! " or "? " (closing quotes and
+# brackets allowed) followed by a capital, a digit or an opening bracket, except after common
+# abbreviations, a single capital (an initial) or inside a bracket. Contexts are capped at
+# CONTEXT_CHARS around the citation (a missed boundary then costs only length).
+CONTEXT_CHARS = 600
+_BOUNDARY = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_ABBREVIATION = re.compile(
+    r"(?:\bet al|\be\.g|\bi\.e|\bcf|\bvs|\bFigs?|\bEqs?|\bRefs?|\bTab|\bSupp?l?|\bNo|\bNos|\bDr|\bMr|\bMrs|\bMs|"
+    r"\bca|\bapprox|\bresp|\bSec|\bSect|\bCh|\bVol|\bp|\bpp|\bSt|\bspp?|\bvar|\bsubsp|\b[A-Z]|\b[a-z])\.$")
 
-    return pysbd.Segmenter(language="en", clean=False)
+
+def sentence_bounds(text: str) -> list[int]:
+    """Start offsets of the sentences of a paragraph (0 first), by the rule above."""
+    starts, depth_at = [0], _bracket_depth(text)
+    for m in _BOUNDARY.finditer(text):
+        dot = m.start() + 1
+        if depth_at[m.start()] > 0 or _ABBREVIATION.search(text, max(0, dot - 12), dot):
+            continue
+        starts.append(m.end())
+    return starts
 
 
-def split_sentences(paragraphs: Iterable[str | None]) -> list[str]:
-    """The sentences of the paragraphs, in order, white space folded."""
-    out = []
-    for p in paragraphs:
-        p = clean_ws(p)
-        if p:
-            out += [t for t in (clean_ws(x) for x in _segmenter().segment(p)) if t]
+def _bracket_depth(text: str) -> list[int]:
+    depth, out = 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]" and depth:
+            depth -= 1
+        out.append(depth)
     return out
+
+
+def context_at(text: str, starts: list[int], begin: int, end: int | None = None) -> str | None:
+    """The sentence of `text` holding the span [begin, end), white space folded, at most CONTEXT_CHARS
+    (cut around the span); starts = sentence_bounds(text)."""
+    from bisect import bisect_right
+
+    if not text:
+        return None
+    end = begin if end is None else end
+    i = bisect_right(starts, begin) - 1
+    lo, hi = starts[max(i, 0)], (starts[i + 1] if i + 1 < len(starts) else len(text))
+    if hi - lo > CONTEXT_CHARS:
+        half = max(0, (CONTEXT_CHARS - (end - begin)) // 2)
+        lo, hi = max(lo, begin - half), min(hi, max(end, begin) + half)
+    return clean_ws(text[lo:hi]) or None
