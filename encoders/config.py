@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sciencemap.config import setting
+from sciencemap.config import comma_floats, setting
 from sciencemap.contracts import EMBEDDING_DTYPES
 
 from encoders.objectives.registry import DEFAULT_OBJECTIVE, OBJECTIVES
@@ -82,3 +82,6 @@ class EmbedConfig:
     compile: str = setting("auto", "torch.compile the forward (auto: on CUDA from 20M tokens to embed, on a CPU "
                            "from 5M)", choices=COMPILE_MODES)
     restart: bool = setting(False, "discard existing shards instead of resuming")
+    facet_weights: list[float] = setting(help="flew models: the main vector's weights of the background, method and "
+                                         "result vectors, comma-separated, positive, summing to 1 (empty = equal)",
+                                         factory=list, parse=comma_floats)

@@ -30,8 +30,8 @@ from encoders.config import EmbedConfig, TrainConfig
 from encoders.embed.feed import Chunk, FeedShape, FeedSpec, InputPlan, feed_chunks, plan_input
 from encoders.embed.forward import check_compile_mode, compile_outcome, embed_batches, inference_forward
 from encoders.embed.shards import close_output, make_record, note_written, open_output, skips, write_shard
-from encoders.embed.views import (ViewsForward, objective_views, split, view_dir, width, write_view_manifests,
-                                  write_view_shard)
+from encoders.embed.views import (ViewsForward, main_dim, objective_views, own_main_vector, split, view_dir, width,
+                                  write_view_manifests, write_view_shard)
 from encoders.model import Encoder, load_encoder, model_hash, resolve_model, resolve_precision
 from sciencemap.contracts import EMBEDDING_DTYPES, EMBEDDINGS_FORMAT, MODEL_CARD
 from sciencemap.layout import RunLayout
@@ -200,13 +200,13 @@ def run_embed(cfg: EmbedConfig, layout: RunLayout,
 
 def _vector_note(enc: Encoder, objective, specs: dict) -> dict:
     """How the main vector is made, and the views beside it (the manifest's "vector" and "views")."""
-    return {"vector": {"from": "the encoder's last hidden states", "pooling": enc.pooling,
-                       "objective": objective.name if objective is not None else None},
+    made = objective.main_vector_note() if own_main_vector(objective) else {"from": "the encoder's last hidden states"}
+    return {"vector": {**made, "pooling": enc.pooling, "objective": objective.name if objective is not None else None},
             "views": {name: {"keys": list(v.keys), "dim": v.dim} for name, v in specs.items()}}
 
 
 def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision: str, shape: FeedShape,
-                   dist: Dist, views: dict) -> tuple[InputPlan, dict, set[int]]:
+                   dist: Dist, views: dict, dim: int) -> tuple[InputPlan, dict, set[int]]:
     """Rank 0 plans the input and opens the output; the others wait for its answer (or its error)."""
     answer = None
     if dist.main:
@@ -214,7 +214,7 @@ def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision:
             plan = plan_input(layout.table("papers"))
             expected = {
                 "format": EMBEDDINGS_FORMAT, "model_path": str(enc.path), "model_hash": model_hash(enc.path),
-                "dim": enc.dim, "pooling": enc.pooling, "dtype": cfg.dtype, "precision": precision,
+                "dim": dim, "pooling": enc.pooling, "dtype": cfg.dtype, "precision": precision,
                 "max_length": enc.max_length, "shard_size": cfg.shard_size,
                 "n_shards": plan.n_shards(cfg.shard_size), "input": plan.fingerprint, "world_size": dist.world,
                 **views,
@@ -272,7 +272,7 @@ def _write(out, k: int, ids: list[str], host: torch.Tensor, event, record: dict,
     """Shard k's views first, then its main vectors: a main shard on disk is a finished shard."""
     if event is not None:
         event.synchronize()
-    main, views = split(host.numpy(), dim, specs) if specs else (host.numpy(), {})
+    main, views = split(host.numpy(), dim, specs)
     for name, vectors in views.items():
         write_view_shard(view_dir(out, name), k, ids, specs[name].keys, vectors, record)
     write_shard(out, k, ids, main, record)
@@ -286,8 +286,12 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     shape = feed_shape(cfg, enc, dist)
     out = layout.embeddings_dir
     objective, specs = objective_views(enc)
+    if objective is not None:
+        objective.embed_settings = cfg
+        objective.check_embed(cfg)
+    dim = main_dim(enc, objective)
     plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, shape, dist,
-                                          _vector_note(enc, objective, specs))
+                                          _vector_note(enc, objective, specs), dim)
     n_shards, mhash = manifest["n_shards"], manifest["model_hash"]
 
     todo = [k for k in range(n_shards) if k % world == rank and k not in done]
@@ -331,7 +335,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
                 if forward is None:   # the first chunk tells how many tokens this rank has to embed
                     est = round(chunk.tokens / max(chunk.hi - chunk.lo, 1) * rows_todo)
                     # with views, one eager forward gives the main vector and the views
-                    forward = ViewsForward(enc, objective, specs) if specs else \
+                    forward = ViewsForward(enc, objective, specs) if specs or own_main_vector(objective) else \
                         inference_forward(enc, cfg.compile, est)
                     say(f"embed: ~{est:,} tokens to embed: "
                         f"{'torch.compile' if compile_outcome(forward)['compiled'] else 'eager'} forward "
@@ -339,7 +343,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
                 if current is None:
                     current = ShardOutput(chunk.k, chunk.lo)
                 progress.padded += chunk.padded_tokens
-                current.add(chunk, embed_batches(forward, chunk.batches, len(chunk.ids), width(enc.dim, specs),
+                current.add(chunk, embed_batches(forward, chunk.batches, len(chunk.ids), width(dim, specs),
                                                  enc.device, progress.batch))
                 if not chunk.last:
                     continue
@@ -348,7 +352,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
                                      current.content_sha256(), current.tokens, mhash)
                 if pending is not None:   # the previous shard's write overlapped this shard's forward
                     finish(pending)
-                pending = (writer.submit(_write, out, current.k, current.ids, host, event, record, enc.dim, specs),
+                pending = (writer.submit(_write, out, current.k, current.ids, host, event, record, dim, specs),
                            current, record)
                 current = None
             if pending is not None:
@@ -366,7 +370,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     reasons, listed = skips(records)
     s = progress.seconds
     return {"embeddings_dir": str(out), "papers": sum(r["papers"] for r in records.values()),  # rank 0: all
-            "input_rows": plan.n_rows, "dim": enc.dim, "shards": n_shards,
+            "input_rows": plan.n_rows, "dim": dim, "shards": n_shards,
             "shards_resumed": len(done), "shards_this_rank": len(todo), "rank": rank, "world_size": world,
             "embedded_now": progress.docs, "tokens_embedded": progress.tokens, "docs_per_second": round(progress.docs / s, 1) if progress.docs else None,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,

@@ -64,15 +64,28 @@ class ViewsForward(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         pooled = pool(hidden, attention_mask, self.pooling)
-        parts = [pooled]
+        views = {name: self.objective.view_vectors(name, input_ids, attention_mask, hidden, pooled)
+                 for name in self.specs}
+        parts = [self.objective.main_vector(pooled, views).float()]
         for name, spec in self.specs.items():
-            v = self.objective.view_vectors(name, input_ids, attention_mask, hidden, pooled)
-            parts.append(v.reshape(len(pooled), len(spec.keys) * spec.dim).float())
+            parts.append(views[name].reshape(len(pooled), len(spec.keys) * spec.dim).float())
         return torch.cat(parts, dim=1)
 
 
 def width(dim: int, specs: dict[str, ViewSpec]) -> int:
+    """Row width of a pass: the main vector (dim wide), then every view's keys."""
     return dim + sum(len(s.keys) * s.dim for s in specs.values())
+
+
+def main_dim(enc: Encoder, objective) -> int:
+    return objective.main_dim(enc) if objective is not None else enc.dim
+
+
+def own_main_vector(objective) -> bool:
+    """The objective makes its main vector itself (not the encoder's pooled one)."""
+    from encoders.objectives.base import Objective
+
+    return objective is not None and (type(objective).main_vector is not Objective.main_vector)
 
 
 def split(vectors: np.ndarray, dim: int, specs: dict[str, ViewSpec]) -> tuple[np.ndarray, dict[str, np.ndarray]]:

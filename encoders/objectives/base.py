@@ -128,8 +128,30 @@ class Objective:
     def view_vectors(self, name: str, input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
                      hidden: "torch.Tensor", pooled: "torch.Tensor") -> "torch.Tensor":
         """View `name` of a batch (B x K x dim) from its tokens, the encoder's last hidden states and
-        the pooled main vectors."""
+        the pooled vectors."""
         raise NotImplementedError
+
+    # The embed stage's settings (encoders.config.EmbedConfig), set on the objective before the
+    # forward: an objective whose main vector has settings (FLeW's facet weights) reads them here.
+    embed_settings = None
+
+    def main_dim(self, enc: "Encoder") -> int:
+        """Width of the main vector (the one the map is made of); the encoder's by default."""
+        return enc.dim
+
+    def main_vector(self, pooled: "torch.Tensor", views: dict) -> "torch.Tensor":
+        """The main vector of a batch from the encoder's pooled vectors and this forward's views
+        (name -> B x K x dim): the pooled vector by default; FLeW's weighted sum of its facet
+        vectors, UniFAR's concatenation of them."""
+        return pooled
+
+    def main_vector_note(self) -> dict:
+        """What the embeddings manifest says of an own main vector (it is part of what a resumed
+        embedding must match: other weights, other vectors)."""
+        return {"from": f"the {self.name} objective's views"}
+
+    def check_embed(self, embed_cfg) -> None:
+        """Raise sciencemap.runtime.UserError for an embed setting this objective cannot use."""
 
     # -- what it trains on
     def prepare_data(self, layout: "RunLayout", enc: "Encoder", sample_triplets: int = 0):

@@ -13,6 +13,7 @@ _MODULES = {
     "triplet": "encoders.objectives.triplet",
     "in_batch": "encoders.objectives.in_batch",
     "ema_head": "encoders.objectives.ema_head",
+    "flew": "encoders.objectives.flew",
 }
 OBJECTIVES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT_OBJECTIVE = OBJECTIVES[0]

@@ -119,20 +119,27 @@ class TripletTokens:
 
 
 def _read_triplets(layout: RunLayout, facet: str | None = None):
-    """The seed triplets (facet null), or those of one facet (METHODS.md §8.2)."""
+    """The seed triplets (facet null), those of one facet, or with facet "*" every facet's triplets
+    with their `facet` column (METHODS.md §8.2)."""
     import pyarrow.dataset as pds
 
     d = dataset(layout.table("triplets"), HINT)
     if "facet" in d.schema.names:
-        keep = pds.field("facet").is_null() if facet is None else (pds.field("facet") == facet)
-        df = d.to_table(columns=TRIPLET_COLUMNS, filter=keep).to_pandas()
+        keep = (pds.field("facet").is_null() if facet is None else pds.field("facet").is_valid() if facet == "*"
+                else (pds.field("facet") == facet))
+        cols = TRIPLET_COLUMNS + (["facet"] if facet == "*" else [])
+        df = d.to_table(columns=cols, filter=keep).to_pandas()
+        if facet is not None and df.empty:
+            raise UserError(f"{layout.table('triplets')} has no facet triplets: run the importance stage with "
+                            "[importance] facet_signal = section or intent")
     elif facet is None:   # a table written before facets
         df = d.to_table(columns=TRIPLET_COLUMNS).to_pandas()
     else:
         raise UserError(f"{layout.table('triplets')} has no facet triplets: run the importance stage with "
                         "[importance] facet_signal = section or intent")
     # Spark's row order is not stable between runs: sort, then shuffle with our own seed.
-    return df.sort_values(["split", "anchor_id", "positive_id", "negative_id"], kind="stable")
+    keys = ["split", "anchor_id", "positive_id", "negative_id"] + (["facet"] if "facet" in df.columns else [])
+    return df.sort_values(keys, kind="stable")
 
 
 # The anchor sample's own random stream, apart from the epochs' orders (seed, epoch) and the val sample (seed).
