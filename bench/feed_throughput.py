@@ -218,7 +218,7 @@ def training_feed(enc, papers: Path, workers: int, tmp: Path, n_triplets: int) -
     a, p, n = (rng.integers(0, len(ids), n_triplets) for _ in range(3))
     trip = pa.table({"anchor_id": [ids[i] for i in a], "positive_id": [ids[i] for i in p],
                      "negative_id": [ids[i] for i in n], "negative_kind": ["hard"] * n_triplets,
-                     "split": ["train"] * n_triplets}, schema=SCHEMAS["triplets"])
+                     "split": ["train"] * n_triplets, "facet": [None] * n_triplets}, schema=SCHEMAS["triplets"])
     (run.root / "triplets").mkdir()
     pq.write_table(trip, run.root / "triplets" / "part-00000.parquet")
     c0, t0 = cpu_seconds(), time.perf_counter()

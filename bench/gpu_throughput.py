@@ -105,8 +105,8 @@ def make_run(root: Path, ids, titles, abstracts, n_triplets: int) -> RunLayout:
     split = ["train"] * n_triplets
     split[:8] = ["val"] * 8
     trip = pa.table({"anchor_id": [ids[i] for i in a], "positive_id": [ids[i] for i in p],
-                     "negative_id": [ids[i] for i in q], "negative_kind": ["hard"] * n_triplets, "split": split},
-                    schema=SCHEMAS["triplets"])
+                     "negative_id": [ids[i] for i in q], "negative_kind": ["hard"] * n_triplets, "split": split,
+                     "facet": [None] * n_triplets}, schema=SCHEMAS["triplets"])
     lay.table("triplets").mkdir(parents=True)
     pq.write_table(trip, lay.table("triplets") / "part-00000.parquet")
     return lay

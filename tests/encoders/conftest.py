@@ -34,7 +34,7 @@ def records(pubmed_records) -> list[dict]:
 def make_triplet_run():
     """make(root, papers, triplets, meta=None) -> RunLayout with `papers` and `triplets` tables (no
     triplets table for triplets=None);
-    triplets are (anchor, positive, negative, kind, split) tuples, `meta` the importance stage's
+    triplets are (anchor, positive, negative, kind, split[, facet]) tuples, `meta` the importance stage's
     metadata stamped on the triplets table."""
     def make(root: Path, papers: list[dict], triplets: list[tuple] | None, meta: dict | None = None) -> RunLayout:
         layout = RunLayout(root)
@@ -44,7 +44,8 @@ def make_triplet_run():
         if triplets is None:
             return layout
         names = SCHEMAS["triplets"].names
-        tbl = pa.table({n: [r[i] for r in triplets] for i, n in enumerate(names)}, schema=SCHEMAS["triplets"])
+        tbl = pa.table({n: [r[i] if i < len(r) else None for r in triplets] for i, n in enumerate(names)},
+                       schema=SCHEMAS["triplets"])
         if meta is not None:
             tbl = tbl.replace_schema_metadata({TRIPLETS_META_KEY: json.dumps(meta).encode()})
         write_table_atomic(tbl, layout.table("triplets"))

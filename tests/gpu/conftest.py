@@ -74,7 +74,8 @@ def make_gpu_run(sample_papers):
             rows = [(ids[i], ids[(i + 1) % n], ids[(i + 7) % n], "hard", "train" if i < n - 16 else "val")
                     for i in range(n)]
             names = SCHEMAS["triplets"].names
-            tbl = pa.table({c: [r[j] for r in rows] for j, c in enumerate(names)}, schema=SCHEMAS["triplets"])
+            tbl = pa.table({c: [r[j] if j < len(r) else None for r in rows] for j, c in enumerate(names)},
+                           schema=SCHEMAS["triplets"])
             write_table_atomic(tbl, layout.table("triplets"))
         return layout
     return make
