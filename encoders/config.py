@@ -26,6 +26,8 @@ class TrainConfig:
     margin: float | None = setting(None, "triplet objective: None = the triplets' own margin (importance stage), else 1.0")
     normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4.3)")
     in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")
+    unifar_kl: bool = setting(True, "unifar objective: the KL term tying facet attention to the abstract splitter's "
+                              "sentence labels (weight 0.3 -> 0.5 over training)")
     lr: float = setting(2e-5, "peak AdamW learning rate (after warm-up, then linear decay)")
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     batch_size: int = setting(8, "triplets per micro-batch and process")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +29,8 @@ from sciencemap.runtime import UserError
 
 from encoders.model import pool
 from encoders.objectives.base import Part, ViewSpec
+from encoders.objectives.facet_batches import FacetCollate
 from encoders.objectives.triplet import TripletObjective
-from encoders.training.feed import Collate, TokenBatch
 
 KIND = "flew_tokens"
 FORMAT = "sciencemap.flew_tokens/1"
@@ -58,29 +57,6 @@ def check_weights(weights) -> list[float]:
         raise UserError(f"facet_weights {list(weights)} must be {len(FACETS)} positive numbers summing to 1 "
                         f"(background, method, result)")
     return w
-
-
-@dataclass
-class FacetTokenBatch(TokenBatch):
-    facets: list[int] | None = None    # each triplet's facet (index into FACETS)
-
-    def pin_memory(self) -> "FacetTokenBatch":
-        b = super().pin_memory()
-        return FacetTokenBatch(**{f.name: getattr(b, f.name) for f in dataclasses.fields(TokenBatch)},
-                               facets=self.facets)
-
-
-class FacetCollate:
-    """The default collate (one padded batch of the 3B papers), plus each triplet's facet."""
-
-    def __init__(self, data, pad_id: int, item_facets: np.ndarray):
-        self.inner, self.item_facets = Collate(data, pad_id, 0), item_facets
-
-    def __call__(self, rows: list[int]) -> FacetTokenBatch:
-        b = self.inner(rows)
-        a = self.inner.data.train["a"][np.asarray(rows, np.int64)]
-        return FacetTokenBatch(**{f.name: getattr(b, f.name) for f in dataclasses.fields(TokenBatch)},
-                               facets=self.item_facets[a].tolist())
 
 
 class FlewObjective(TripletObjective):
@@ -128,7 +104,7 @@ class FlewObjective(TripletObjective):
         return data
 
     def collate(self, data, pad_id: int, bucket_tokens: int):
-        return FacetCollate(data, pad_id, self._item_facets)
+        return FacetCollate(data, pad_id, self._item_facets[data.train["a"]])
 
     # -- the loss
     def batch_loss(self, enc, batch) -> torch.Tensor:

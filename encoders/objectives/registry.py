@@ -14,6 +14,7 @@ _MODULES = {
     "in_batch": "encoders.objectives.in_batch",
     "ema_head": "encoders.objectives.ema_head",
     "flew": "encoders.objectives.flew",
+    "unifar": "encoders.objectives.unifar",
 }
 OBJECTIVES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT_OBJECTIVE = OBJECTIVES[0]

@@ -9,9 +9,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from sciencemap.contracts import SCHEMAS, TRIPLETS_META_KEY
+from sciencemap.contracts import FACETS, SCHEMAS, TRIPLETS_META_KEY
 from sciencemap.layout import RunLayout
 from sciencemap.storage import write_table_atomic
+from sciencemap.text import split_sentences
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +109,30 @@ def crash_at():
         return hook
     make.error = StepCrash
     return make
+
+
+def position_facets(sentences: list[str]) -> list[str]:
+    """A stand-in for the abstract splitter's labels: first third background, then method, then result."""
+    n = len(sentences)
+    return [FACETS[min(2, 3 * i // max(n, 1))] for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def facet_run(make_triplet_run, records):
+    """facet_run(root) -> RunLayout: 12 papers, facet triplets (9 train, a facet each in turn; 2 val),
+    one seed triplet, and abstract_facets (split_sentences, position_facets)."""
+    papers = records[:12]
+
+    def build(root: Path):
+        ids = [p["paper_id"] for p in papers]
+        trip = [(ids[i], ids[i + 1], ids[i + 2], "hard" if i % 2 else "easy", "train", FACETS[i % 3]) for i in range(9)]
+        trip += [(ids[9], ids[10], ids[11], "hard", "val", "method"), (ids[10], ids[11], ids[0], "easy", "val", "result")]
+        trip += [(ids[0], ids[3], ids[5], "hard", "train", None)]   # a seed triplet: no facet objective's
+        layout = make_triplet_run(root, papers, trip, {"margin": 1.0})
+        sents = [split_sentences([p["abstract"]]) for p in papers]
+        write_table_atomic(pa.table({"paper_id": ids, "sentences": sents, "facets": [position_facets(s) for s in sents]},
+                                    schema=SCHEMAS["abstract_facets"]), layout.table("abstract_facets"))
+        return layout
+    build.records = papers
+    build.position_facets = position_facets
+    return build

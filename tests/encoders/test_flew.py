@@ -12,7 +12,8 @@ import torch
 
 from encoders.config import EmbedConfig, TrainConfig
 from encoders.model import load_encoder
-from encoders.objectives.flew import FacetCollate, FlewObjective, check_weights, item_id
+from encoders.objectives.facet_batches import FacetCollate
+from encoders.objectives.flew import FlewObjective, check_weights, item_id
 from encoders.objectives.registry import get_objective
 from encoders.training.export import load_parts
 from encoders.training.loop import read_log, run_train
@@ -23,29 +24,6 @@ from sciencemap.text import paper_text, split_sentences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 L = 32
-
-
-def _position_facets(sentences: list[str]) -> list[str]:
-    n = len(sentences)
-    return [FACETS[min(2, 3 * i // max(n, 1))] for i in range(n)]
-
-
-@pytest.fixture(scope="module")
-def flew_run(make_triplet_run, records):
-    papers = records[:12]
-
-    def build(root: Path):
-        ids = [p["paper_id"] for p in papers]
-        trip = [(ids[i], ids[i + 1], ids[i + 2], "hard" if i % 2 else "easy", "train", FACETS[i % 3]) for i in range(9)]
-        trip += [(ids[9], ids[10], ids[11], "hard", "val", "method"), (ids[10], ids[11], ids[0], "easy", "val", "result")]
-        trip += [(ids[0], ids[3], ids[5], "hard", "train", None)]   # a seed triplet: not FLeW's
-        layout = make_triplet_run(root, papers, trip, {"margin": 1.0})
-        sents = [split_sentences([p["abstract"]]) for p in papers]
-        write_table_atomic(pa.table({"paper_id": ids, "sentences": sents, "facets": [_position_facets(s) for s in sents]},
-                                    schema=SCHEMAS["abstract_facets"]), layout.table("abstract_facets"))
-        return layout
-    build.records = papers
-    return build
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -61,8 +39,8 @@ def test_weights_are_refused_unless_positive_and_summing_to_one():
             check_weights(bad)
 
 
-def test_facet_text_and_the_facet_items(tmp_path, flew_run):
-    layout = flew_run(tmp_path / "r")
+def test_facet_text_and_the_facet_items(tmp_path, facet_run):
+    layout = facet_run(tmp_path / "r")
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
     obj = get_objective("flew")(_cfg(margin=1.0))
     folder, built = obj.prepare_data(layout, enc)
@@ -70,19 +48,19 @@ def test_facet_text_and_the_facet_items(tmp_path, flew_run):
     assert built and data.counts["train_triplets"] == 9 and data.counts["val_triplets"] == 2
     assert data.counts["train_by_facet"] == {"background": 3, "method": 3, "result": 3}
     ids = data.store.items.column("item_id").to_pylist()
-    p0 = flew_run.records[1]
+    p0 = facet_run.records[1]
     # the method item of a paper holds the title and the abstract's method sentences, nothing else
     sents = split_sentences([p0["abstract"]])
-    want = paper_text(p0["title"], " ".join(s for s, f in zip(sents, _position_facets(sents)) if f == "method"), enc.sep)
+    want = paper_text(p0["title"], " ".join(s for s, f in zip(sents, facet_run.position_facets(sents)) if f == "method"), enc.sep)
     row = ids.index(item_id("method", p0["paper_id"]))
     assert data.tokens(np.array([row]))[0] == enc.token_ids([want])[0]
     # each train row's facet is its anchor's
-    batch = FacetCollate(data, enc.tokenizer.pad_token_id, obj._item_facets)(list(range(9)))
+    batch = FacetCollate(data, enc.tokenizer.pad_token_id, obj._item_facets[data.train["a"]])(list(range(9)))
     assert batch.facets == [FACETS.index(ids[a].split(":", 1)[0]) for a in data.train["a"][:9]]
 
 
-def test_steps_lower_its_loss_on_a_fixed_batch(tmp_path, flew_run):
-    layout = flew_run(tmp_path / "r")
+def test_steps_lower_its_loss_on_a_fixed_batch(tmp_path, facet_run):
+    layout = facet_run(tmp_path / "r")
     torch.manual_seed(0)
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
     obj = FlewObjective(_cfg(margin=1.0))
@@ -112,13 +90,13 @@ def test_steps_lower_its_loss_on_a_fixed_batch(tmp_path, flew_run):
     assert loss() < before
 
 
-def test_a_killed_run_resumes_bit_identically(tmp_path, flew_run, crash_at):
+def test_a_killed_run_resumes_bit_identically(tmp_path, facet_run, crash_at):
     from safetensors.torch import load_file
 
-    ref = flew_run(tmp_path / "ref")
+    ref = facet_run(tmp_path / "ref")
     s = run_train(_cfg(), ref)
     assert s["val_after"]["n"] == 2 and {"accuracy_method", "accuracy_result"} <= set(s["val_after"])
-    lay = flew_run(tmp_path / "crash")
+    lay = facet_run(tmp_path / "crash")
     with pytest.raises(crash_at.error):
         run_train(_cfg(), lay, after_step=crash_at(3))
     summary = run_train(_cfg(), lay)
@@ -132,12 +110,12 @@ def test_a_killed_run_resumes_bit_identically(tmp_path, flew_run, crash_at):
     assert {k.split(".")[0] for k in parts} == {"method", "result"}
 
 
-def test_export_then_embed_reproduces_the_facet_encoders_and_the_weighted_sum(tmp_path, flew_run):
+def test_export_then_embed_reproduces_the_facet_encoders_and_the_weighted_sum(tmp_path, facet_run):
     from encoders.embed import run_embed
     from encoders.embed.forward import embed_texts
     from sciencemap.embeddings import load_embeddings, load_view, read_manifest
 
-    layout = flew_run(tmp_path / "r")
+    layout = facet_run(tmp_path / "r")
     run_train(_cfg(max_steps=2, checkpoint_every=0), layout)
     with pytest.raises(UserError, match="summing to 1"):
         run_embed(EmbedConfig(device="cpu", precision="float32", facet_weights=[0.5, 0.5, 0.5]), layout)
@@ -151,7 +129,7 @@ def test_export_then_embed_reproduces_the_facet_encoders_and_the_weighted_sum(tm
     assert read_manifest(layout.embeddings_dir)["vector"]["facet_weights"] == w
 
     enc = load_encoder(str(layout.model_dir), "mean", max_length=L, device="cpu")
-    papers = {r["paper_id"]: r for r in flew_run.records}
+    papers = {r["paper_id"]: r for r in facet_run.records}
     texts = [paper_text(papers[i]["title"], papers[i]["abstract"], enc.sep) for i in ids]
     np.testing.assert_allclose(V[:, 0], embed_texts(enc, texts, precision="float32"), atol=1e-4)
     parts = {f: copy.deepcopy(enc.model) for f in FACETS[1:]}

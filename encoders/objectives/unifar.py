@@ -1,0 +1,362 @@
+"""UniFAR (METHODS.md §8.4): one encoder with facet aggregation.
+
+- Input: title [SEP] s1 [SEP] s2 ... (the abstract's sentences: abstract_facets at training time, the
+  same splitter, sciencemap.text.split_sentences, at embed time). A sentence's vector is the mean of
+  its tokens (between two [SEP]); the title's the mean of the title's tokens.
+- Facet queries: three learnable anchors a_f, each joined with the title vector t:
+  q_f = LayerNorm(a_f + MLP([a_f; t])).
+- Facet vectors: multi-head attention of q_f over the sentence vectors when the paper has at least
+  MIN_SENTENCES sentences, else over its token vectors.
+- Loss, per facet f of a triplet (facet triplets, [importance] facet_signal): multi-positive InfoNCE of
+  the anchor's facet-f vector against every positive and negative paper of the micro-batch, by
+  cosine / TAU; the positives are all papers the batch holds as positives of that anchor for f.
+  Plus λ · KL(target_f || attention_f) where target_f spreads evenly over the sentences the abstract
+  splitter labelled f (facets with none are skipped); λ rises linearly from KL_WEIGHT[0] to
+  KL_WEIGHT[1] over training (off with unifar_kl = false).
+- Learning rates: the encoder and the anchors at the run's lr (2e-5 in the recipe), the aggregator
+  (MLP, attention, LayerNorm) at AGGREGATOR_LR.
+- Embedding: the view "facets" holds the three facet vectors; the main vector is the three unit
+  facet vectors concatenated and divided by √3 (unit length; its cosine with another paper's is the
+  mean of the three facet cosines).
+
+The question–document loss of the paper needs a (question, paper) table; none exists here yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+
+from sciencemap.contracts import FACETS
+from sciencemap.runtime import UserError
+from sciencemap.text import clean_text, split_sentences
+
+from encoders.objectives.base import Objective, Part, ViewSpec
+from encoders.objectives.facet_batches import FacetCollate
+
+KIND = "unifar_tokens"
+FORMAT = "sciencemap.unifar_tokens/1"
+LABELS_FILE = "sentence_facets.arrow"
+MIN_SENTENCES = 3
+TAU = 0.08
+KL_WEIGHT = (0.3, 0.5)
+AGGREGATOR_LR = 5e-5
+
+
+def unifar_text(title, abstract, sep: str = "[SEP]") -> str:
+    """title <sep> s1 <sep> s2 ...: the abstract's sentences (split_sentences) as [SEP]-separated spans."""
+    parts = [clean_text(title)] + split_sentences([abstract])
+    return f" {sep} ".join(p for p in parts if p)
+
+
+def sentence_text(title, sentences, sep: str) -> str:
+    return f" {sep} ".join(p for p in [clean_text(title)] + list(sentences or []) if p)
+
+
+def segments(input_ids: torch.Tensor, attention_mask: torch.Tensor, sep_id: int, cls_id: int | None):
+    """Per token its span: 0 = the title, i = the i-th sentence, -1 = [CLS], [SEP] or padding; and
+    each paper's number of sentences (spans after the title that hold a token)."""
+    is_sep = (input_ids == sep_id) & attention_mask.bool()
+    seg = torch.cumsum(is_sep.long(), dim=1) - is_sep.long()       # a [SEP] belongs to the span it ends
+    seg = seg.masked_fill(is_sep | ~attention_mask.bool(), -1)
+    if cls_id is not None:
+        seg = seg.masked_fill(input_ids == cls_id, -1)
+    n_sent = (seg.max(dim=1).values).clamp(min=0)
+    return seg, n_sent
+
+
+class Aggregator(torch.nn.Module):
+    """Facet queries from the anchors and the title vector, then attention over sentences (papers with
+    at least MIN_SENTENCES) or tokens (the others), in one forward (one call per step under DDP)."""
+
+    def __init__(self, d: int, n_facets: int):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(2 * d, d), torch.nn.GELU(), torch.nn.Linear(d, d))
+        self.norm = torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, max(1, d // 64), batch_first=True)
+
+    def forward(self, anchors, title, spans, span_pad, hidden, token_pad, by_sent):
+        """anchors F x d; title B x d; spans B x S x d (span_pad True = no sentence); hidden B x T x d
+        (token_pad True = padding); by_sent B bool. -> (B x F x d, (rows, their F x S weights) or None)."""
+        B, nf = len(title), len(anchors)
+        a = anchors[None].expand(B, -1, -1)
+        q = self.norm(a + self.mlp(torch.cat([a, title[:, None, :].expand(-1, nf, -1)], dim=-1)))
+        out = q.new_zeros(q.shape)
+        weights = None
+        if by_sent.any():
+            r = torch.nonzero(by_sent).flatten()
+            o, w = self.attn(q[r], spans[r], spans[r], key_padding_mask=span_pad[r], need_weights=True,
+                             average_attn_weights=True)
+            out = out.index_copy(0, r, o)
+            weights = (r, w)
+        if (~by_sent).any():
+            r = torch.nonzero(~by_sent).flatten()
+            o, _ = self.attn(q[r], hidden[r], hidden[r], key_padding_mask=token_pad[r], need_weights=False)
+            out = out.index_copy(0, r, o)
+        return out, weights
+
+
+class Anchors(torch.nn.Module):
+    """The learnable facet anchors (their own part: the encoder's learning rate, not the aggregator's)."""
+
+    def __init__(self, n: int, d: int):
+        super().__init__()
+        self.vectors = torch.nn.Parameter(torch.randn(n, d) * 0.02)
+
+    def forward(self) -> torch.Tensor:
+        return self.vectors
+
+
+class UnifarObjective(Objective):
+    name = "unifar"
+    fields = ("unifar_kl",)
+    score_name = "mean facet cosine"
+    input_text = staticmethod(unifar_text)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.kl_weight = KL_WEIGHT[0]
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.bucket_tokens:
+            raise UserError("the unifar objective reads one padded batch per micro-batch: set bucket_tokens = 0")
+
+    def build(self, enc) -> dict[str, Part]:
+        return {"anchors": Part(Anchors(len(FACETS), enc.dim)),
+                "aggregator": Part(Aggregator(enc.dim, len(FACETS)), lr=AGGREGATOR_LR)}
+
+    def after_step(self, enc, step: int, total: int) -> None:
+        lo, hi = KL_WEIGHT
+        self.kl_weight = lo + (hi - lo) * min(step, total) / max(total, 1)
+
+    # -- the facet vectors of a padded batch
+    def facet_vectors(self, enc, input_ids, attention_mask, hidden=None, training: bool = True):
+        """(B x F x d facet vectors, B x F x M attention over sentences or None per paper, n_sent)."""
+        if hidden is None:
+            with enc.autocast():
+                hidden = enc.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = hidden.float()
+        tok = enc.tokenizer
+        seg, n_sent = segments(input_ids, attention_mask, tok.sep_token_id, tok.cls_token_id)
+        B, T, d = hidden.shape
+        S = int(n_sent.max()) + 1 if len(n_sent) else 1
+        onehot = F.one_hot((seg + 1).clamp(min=0), S + 1)[..., 1:].float() * (seg >= 0)[..., None]   # B x T x S
+        counts = onehot.sum(dim=1)                                                                   # B x S
+        spans = torch.einsum("bts,btd->bsd", onehot, hidden) / counts.clamp(min=1)[..., None]
+        title = spans[:, 0]
+        no_title = counts[:, 0] == 0
+        if no_title.any():   # no title tokens: the mean of every real token stands in
+            m = attention_mask.float()[..., None]
+            title = torch.where(no_title[:, None], (hidden * m).sum(1) / m.sum(1).clamp(min=1), title)
+        part = self.part if training else (lambda name: self.parts[name].module)
+        by_sent = n_sent >= MIN_SENTENCES
+        out, attn = part("aggregator")(part("anchors")(), title, spans[:, 1:], counts[:, 1:] == 0, hidden,
+                                       ~attention_mask.bool(), by_sent)
+        return out, attn, n_sent
+
+    # -- data
+    def prepare_data(self, layout, enc, sample_triplets: int = 0):
+        from encoders.training.item_store import files_state, prepare, tokenizer_digest
+
+        if sample_triplets:
+            raise UserError("the unifar objective has no token or time budget yet: set max_tokens = 0 and max_hours = 0")
+        facets_table = layout.table("abstract_facets")
+        if not facets_table.exists():
+            raise UserError(f"{facets_table} is missing: run `python jobs/facets.py splitter-label --run {layout.root}` "
+                            "(UniFAR reads the abstract's sentences and their facet labels)")
+        inputs = {"format": FORMAT, "triplets": files_state(layout.table("triplets")),
+                  "papers": files_state(layout.table("papers")), "abstract_facets": files_state(facets_table),
+                  "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
+                  "val_max": self.cfg.val_max, "seed": self.cfg.seed}
+        return prepare(layout.train_tokens_dir, KIND, inputs, lambda tmp: build_unifar_tokens(
+            layout, tmp, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max, self.cfg.seed))
+
+    def open_data(self, folder):
+        from encoders.training.triplet_table import open_tokens
+
+        data = open_tokens(folder)
+        split = data.store.rows.column("split").to_numpy(zero_copy_only=False)
+        facet = data.store.rows.column("facet").to_numpy()
+        self._row_facets = {"train": facet[split == "train"], "val": facet[split == "val"]}
+        self._labels = pa.ipc.open_file(pa.memory_map(str(folder / LABELS_FILE))).read_all().column("facets")
+        self._val_facets = self._row_facets["val"]
+        return data
+
+    def item_labels(self, row: int) -> list[int]:
+        return self._labels[row].as_py()
+
+    def collate(self, data, pad_id: int, bucket_tokens: int):
+        return FacetCollate(data, pad_id, self._row_facets["train"], self.item_labels)
+
+    # -- the loss
+    def facet_loss(self, E: torch.Tensor, k: int, facets: torch.Tensor, anchor_ids, positive_ids, negative_ids):
+        """Multi-positive InfoNCE: E is (3k x F x d) for anchors, positives, negatives in batch order."""
+        cand_ids = list(positive_ids) + list(negative_ids)
+        Eu = F.normalize(E, dim=-1)
+        loss = E.new_zeros(())
+        for i in range(k):
+            f = int(facets[i])
+            s = Eu[k:, f] @ Eu[i, f] / TAU                                     # 2k candidates
+            pos = torch.tensor([j < k and anchor_ids[j] == anchor_ids[i] and int(facets[j]) == f
+                                for j in range(2 * k)], device=E.device)
+            own = torch.tensor([c == anchor_ids[i] for c in cand_ids], device=E.device)
+            # a candidate that is the same paper as one of the positives counts as that positive
+            pos_papers = {cand_ids[j] for j in range(2 * k) if pos[j]}
+            pos = pos | torch.tensor([c in pos_papers for c in cand_ids], device=E.device)
+            s = s.masked_fill(own & ~pos, float("-inf"))
+            loss = loss + torch.logsumexp(s, 0) - torch.logsumexp(s.masked_fill(~pos, float("-inf")), 0)
+        return loss / k
+
+    def kl_loss(self, attn, sentence_facets, n_sent) -> torch.Tensor:
+        """KL(target || attention) per paper and facet with labelled sentences, mean over them."""
+        if attn is None or sentence_facets is None:
+            return torch.zeros(())
+        rows, w = attn
+        total, n = w.new_zeros(()), 0
+        for j, r in enumerate(rows.tolist()):
+            labels = sentence_facets[r][:int(n_sent[r])]
+            for f in range(len(FACETS)):
+                hit = [i for i, lab in enumerate(labels) if lab == f]
+                if not hit:
+                    continue
+                target = w.new_zeros(w.shape[-1])
+                target[hit] = 1.0 / len(hit)
+                p = w[j, f].clamp(min=1e-8)
+                total = total + (target[hit] * (target[hit].log() - p[hit].log())).sum()
+                n += 1
+        return total / max(n, 1)
+
+    def batch_loss(self, enc, batch) -> torch.Tensor:
+        k = len(batch)
+        inputs = batch.inputs(enc.device)
+        E, attn, n_sent = self.facet_vectors(enc, inputs["input_ids"], inputs["attention_mask"])
+        facets = torch.as_tensor(batch.facets, dtype=torch.long)
+        loss = self.facet_loss(E, k, facets, batch.anchor_ids, batch.positive_ids, batch.negative_ids)
+        if self.cfg.unifar_kl:
+            loss = loss + self.kl_weight * self.kl_loss(attn, batch.sentence_facets, n_sent)
+        return loss
+
+    # -- scores (mean facet cosine)
+    def pair_scores(self, a, b):
+        return (F.normalize(a, dim=-1) * F.normalize(b, dim=-1)).sum(-1).mean(-1)
+
+    def score_matrix(self, queries, candidates):
+        q, c = F.normalize(queries, dim=-1), F.normalize(candidates, dim=-1)
+        return torch.einsum("qfd,cfd->qc", q, c) / q.shape[1]
+
+    @torch.inference_mode()
+    def validate(self, enc, data: dict, batch_size: int = 32) -> dict:
+        """Triplet accuracy per facet (the facet's cosine), the mean facet cosine's accuracy and the loss."""
+        from encoders.model import pad_rows
+
+        n = len(data["ai"])
+        if n == 0:
+            return {"n": 0, "loss": None, "accuracy": None}
+        was = enc.model.training
+        enc.model.eval()
+        order = list(dict.fromkeys(data["ai"] + data["pi"] + data["ni"]))
+        vec = []
+        for i in range(0, len(order), batch_size):
+            ids, mask = pad_rows([data["tokens"][x] for x in order[i:i + batch_size]], enc.tokenizer.pad_token_id or 0)
+            vec.append(self.facet_vectors(enc, ids.to(enc.device), mask.to(enc.device), training=False)[0].cpu())
+        enc.model.train(was)
+        V = torch.cat(vec)
+        at = {pid: i for i, pid in enumerate(order)}
+        va, vp, vn = (V[[at[x] for x in data[key]]] for key in ("ai", "pi", "ni"))
+        facets = torch.as_tensor(np.asarray(self._val_facets[:n], np.int64))
+        cos = lambda x, y: (F.normalize(x, dim=-1) * F.normalize(y, dim=-1)).sum(-1)  # noqa: E731
+        own = lambda x: x[torch.arange(n), facets]                                      # noqa: E731
+        correct = (own(cos(va, vp)) > own(cos(va, vn))).float()
+        out = {"n": n, "accuracy": float(correct.mean()),
+               "accuracy_mean_cosine": float((self.pair_scores(va, vp) > self.pair_scores(va, vn)).float().mean()),
+               "loss": float(self.facet_loss(torch.cat([va, vp, vn]), n, facets, data["ai"], data["pi"], data["ni"]))}
+        for f, name in enumerate(FACETS):
+            sel = facets == f
+            if sel.any():
+                out[f"accuracy_{name}"] = float(correct[sel].mean())
+        return out
+
+    # -- embedding
+    def view_specs(self, enc) -> dict:
+        return {"facets": ViewSpec(keys=FACETS, dim=enc.dim)}
+
+    def main_dim(self, enc) -> int:
+        return len(FACETS) * enc.dim
+
+    def view_vectors(self, name, input_ids, attention_mask, hidden, pooled) -> torch.Tensor:
+        return self.facet_vectors(self._embed_enc, input_ids, attention_mask, hidden=hidden, training=False)[0]
+
+    def set_up(self, enc) -> None:
+        super().set_up(enc)
+        self._embed_enc = enc
+
+    def main_vector(self, pooled, views) -> torch.Tensor:
+        v = F.normalize(views["facets"].float(), dim=-1)
+        return v.reshape(len(v), -1) / math.sqrt(len(FACETS))
+
+    def main_vector_note(self) -> dict:
+        return {"from": "the three unit facet vectors concatenated, / sqrt(3) (cosine = mean facet cosine)"}
+
+
+def build_unifar_tokens(layout, folder, tokenizer, max_length: int, sep: str, val_max: int, seed: int) -> dict:
+    """Every facet triplet; papers as title [SEP] sentences (abstract_facets); rows a, p, n, split,
+    kind, facet; LABELS_FILE: each paper's sentence facets (index into FACETS, -1 none)."""
+    import pyarrow.compute as pc
+
+    from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
+    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
+    from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
+    from sciencemap.storage import dataset
+
+    df = _read_triplets(layout, facet="*")
+    ids = set(df["anchor_id"]) | set(df["positive_id"]) | set(df["negative_id"])
+    wanted = pa.array(sorted(ids), pa.string())
+    split_of = {}
+    for batch in dataset(layout.table("abstract_facets"), "run jobs/facets.py splitter-label").to_batches(
+            columns=["paper_id", "sentences", "facets"]):
+        t = pa.Table.from_batches([batch])
+        t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
+        for pid, s, f in zip(*(t[c].to_pylist() for c in ("paper_id", "sentences", "facets"))):
+            split_of[pid] = (s or [], [FACETS.index(x) if x in FACETS else -1 for x in (f or [])])
+    labels_of = {}
+
+    def texts():
+        for batch in dataset(layout.table("papers"), "run the ingest stage first").to_batches(columns=["paper_id", "title"]):
+            t = pa.Table.from_batches([batch])
+            t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
+            for pid, title in zip(t["paper_id"].to_pylist(), t["title"].to_pylist()):
+                s, f = split_of.get(pid, ([], []))
+                labels_of[pid] = f
+                yield pid, sentence_text(title, s, sep)
+
+    row_of = write_items(folder / ITEMS, texts(), tokenizer, max_length)
+    order = sorted(row_of, key=row_of.get)
+    with pa.ipc.new_file(str(folder / LABELS_FILE), pa.schema([("facets", pa.list_(pa.int8()))])) as out:
+        out.write_table(pa.table({"facets": pa.array([labels_of.get(p, []) for p in order], pa.list_(pa.int8()))}))
+    has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
+    counts = {"triplets_total": int(len(df)), "dropped_no_text": int((~has_text).sum()),
+              "papers_with_facet_split": len(split_of)}
+    df = df[has_text]
+    parts = [df[df["split"] == SPLIT_TRAIN], _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)]
+    for name, part in zip((SPLIT_TRAIN, SPLIT_VAL), parts):
+        counts[f"{name}_triplets"] = int(len(part))
+        counts[f"{name}_by_facet"] = {f: int((part["facet"] == f).sum()) for f in FACETS}
+    train = parts[0]
+    digest = data_digest({"ai": [f"{f}:{a}" for f, a in zip(train["facet"], train["anchor_id"])],
+                          "pi": train["positive_id"].tolist(), "ni": train["negative_id"].tolist()})
+    rows = lambda col: pa.array(  # noqa: E731
+        np.concatenate([p[col].map(row_of).to_numpy(np.int32) for p in parts]), pa.int32())
+    write_rows(folder / ROWS, pa.table({
+        "a": rows("anchor_id"), "p": rows("positive_id"), "n": rows("negative_id"),
+        "split": pa.array(np.concatenate([p["split"].to_numpy(object) for p in parts]), pa.string()),
+        "kind": pa.array(np.concatenate([p["negative_kind"].fillna("").to_numpy(object) for p in parts]), pa.string()),
+        "facet": pa.array(np.concatenate([p["facet"].map(FACETS.index).to_numpy(np.int8) for p in parts]), pa.int8())}))
+    return {"counts": counts, "train_digest": digest, "papers": len(row_of)}
+
+
+OBJECTIVE = UnifarObjective
