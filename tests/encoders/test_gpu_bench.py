@@ -48,3 +48,17 @@ def test_without_a_gpu_the_real_run_fails_loudly(repo_root):
     p = subprocess.run([sys.executable, "bench/gpu_throughput.py"], cwd=repo_root, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 2 and "does not fall back to the CPU" in p.stderr and not p.stdout
+
+
+def test_facet_gpu_dry_run_times_both_objectives_and_the_real_run_fails_without_a_gpu(tmp_path, repo_root):
+    out = tmp_path / "facet.json"
+    p = subprocess.run([sys.executable, "bench/facet_gpu.py", "--dry-run", "--json", str(out)], cwd=repo_root,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["objective"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"flew", "unifar"}
+    assert all(r["steps_timed"] == 1 and r["steps_per_s"] > 0 and r["real_tokens_per_s"] > 0 for r in rows.values())
+    assert "no measurement" in p.stdout
+    if not torch.cuda.is_available():
+        q = subprocess.run([sys.executable, "bench/facet_gpu.py"], cwd=repo_root, capture_output=True, text=True, timeout=300)
+        assert q.returncode == 2 and "no usable CUDA device" in q.stderr

@@ -60,15 +60,16 @@ def _local(path: str) -> Path:
 
 
 def _row(fields: dict, n: int) -> dict:
-    """One annotation row (text or CSV form) -> {number, citing, sids, text}: the cited sentence ids
+    """One annotation row (text or CSV form) -> {number, citing, sids, text, facet}: the cited sentence ids
     from the <S sid=...> markup of Citation Text, then those of Citation Offset ("['39','40']" or
-    "'31','32'"), each once; the text is Citation Text Clean, else Citation Text without markup."""
+    "'31','32'"), each once; the text is Citation Text Clean, else Citation Text without markup; the facet
+    is the Discourse Facet as written (human in the 2018 sets, NA in ScisummNet's automatic ones)."""
     citing = re.sub(r"\.(xml|txt|csv)$", "", (fields.get("citing article") or "").strip())
     ctext = fields.get("citation text") or ""
     sids = list(dict.fromkeys(_SID.findall(ctext) + re.findall(r"\d+", fields.get("citation offset") or "")))
     text = clean_ws(fields.get("citation text clean")) or clean_ws(re.sub(r"<[^>]+>", " ", ctext)) or ""
     return {"number": (fields.get("citance number") or "").strip() or str(n), "citing": citing, "sids": sids,
-            "text": text}
+            "text": text, "facet": (fields.get("discourse facet") or "").strip() or None}
 
 
 def parse_annotation(text: str) -> list[dict]:
