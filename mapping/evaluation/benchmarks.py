@@ -282,10 +282,13 @@ def read_csfcube_splits(path: str | Path) -> dict[str, dict[str, list[str]]]:
     return data
 
 
-def csfcube_table(root: str | Path, emb: Mapping[str, np.ndarray], split: str = "test") -> dict:
+def csfcube_table(root: str | Path, emb: Mapping[str, np.ndarray], split: str = "test",
+                  facet_emb: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> dict:
     """CSFCube's table: per facet and "all", the mean over queries of `pool_metrics` (each query's
     whole pool ranked by L2 distance; relevant = grade >= 2), averaged as CSFCube does: test = the
-    mean of the two test folds' means, dev = fold 1's dev queries only."""
+    mean of the two test folds' means, dev = fold 1's dev queries only. facet_emb: a facet view's
+    vectors ({facet: {paper_id: vector}}, FLeW's or UniFAR's facets, METHODS.md §8): a facet found
+    there is ranked by its own vectors, the others by `emb`."""
     root = Path(root)
     if split not in ("dev", "test"):
         raise UserError(f"CSFCube split must be dev or test, not {split!r}")
@@ -293,7 +296,7 @@ def csfcube_table(root: str | Path, emb: Mapping[str, np.ndarray], split: str = 
     per_query, missing = {}, 0
     for facet in CSFCUBE_FACETS:
         anns = read_csfcube_anns(root / f"test-pid2anns-csfcube-{facet}.json")
-        ranked, lacking = rank_queries(anns, emb)
+        ranked, lacking = rank_queries(anns, (facet_emb or {}).get(facet, emb))
         missing += lacking
         for qpid, order in ranked.items():
             per_query[f"{qpid}_{facet}"] = pool_metrics([anns[qpid][p] for p in order], threshold=2)
@@ -310,6 +313,7 @@ def csfcube_table(root: str | Path, emb: Mapping[str, np.ndarray], split: str = 
         table[facet] = ({m: float(np.mean([f[m] for f in fold_means])) for m in fold_means[0]}
                         if fold_means else {})
     table["queries"], table["missing"] = len(per_query), missing
+    table["facet_vectors"] = sorted(f for f in CSFCUBE_FACETS if f in (facet_emb or {}))
     return table
 
 
@@ -475,6 +479,17 @@ def load_embeddings(path: str | Path) -> dict[str, np.ndarray]:
     raise UserError(f"{p}: give embeddings JSONL, Parquet of paper_id + vector, or a run directory")
 
 
+def load_facet_view(run: str | Path, view: str) -> dict[str, dict[str, np.ndarray]]:
+    """{key: {paper_id: vector}} of a run's named view (sciencemap.embeddings.load_view)."""
+    from sciencemap.embeddings import load_view
+
+    ids, keys, X = load_view(Path(run), view)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for pid, key, vec in zip(ids.tolist(), keys.tolist(), X):
+        out.setdefault(key, {})[pid] = vec
+    return out
+
+
 def _flat(table: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
     rows = []
     for k, v in table.items():
@@ -493,11 +508,16 @@ def run_benchmark(argv: list[str] | None, prog: str | None = None) -> dict:
     ap.add_argument("--data", required=True, help="the release folder (RELISH: its annotation JSON file)")
     ap.add_argument("--vectors", required=True, help="embeddings JSONL, Parquet of paper_id + vector, or a run directory")
     ap.add_argument("--split", default="test", help="scidocs / csfcube: test or val/dev")
+    ap.add_argument("--view", default="", help="csfcube: a run's view whose keys are facets (e.g. 'facets' of a "
+                    "flew or unifar model): each facet's queries ranked by that facet's vectors")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     a = ap.parse_args(argv)
     emb = load_embeddings(a.vectors)
     fn = SUITES[a.suite]
-    table = fn(a.data, emb) if a.suite in ("relish", "scirepeval") else fn(a.data, emb, split=a.split)
+    if a.view and a.suite != "csfcube":
+        raise UserError("--view is read by the csfcube suite only (facet queries)")
+    extra = {"facet_emb": load_facet_view(a.vectors, a.view)} if a.view else {}
+    table = fn(a.data, emb) if a.suite in ("relish", "scirepeval") else fn(a.data, emb, split=a.split, **extra)
     if a.json:
         print(json.dumps(table, indent=2, default=str))
     else:

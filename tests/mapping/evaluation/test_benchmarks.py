@@ -126,6 +126,12 @@ def test_csfcube_table_by_hand(tmp_path):
     assert t["queries"] == 3 and t["missing"] == 1
     assert csfcube_table(tmp_path, emb, split="dev")["all"]["av_precision"] == pytest.approx(1.0)
     assert pool_metrics([0, 0], threshold=2)["av_precision"] == 0.0
+    # a facet view: the method queries are ranked by the method vectors (relevant c4, c2 first now),
+    # the other facets by the main vectors as before
+    view = {"method": _on_axis(Q=0, c4=1, c2=2, c1=3, c3=4, c5=5)}
+    tv = csfcube_table(tmp_path, emb, facet_emb=view)
+    assert tv["method"]["av_precision"] == 1.0 and tv["background"] == t["background"]
+    assert tv["facet_vectors"] == ["method"] and t["facet_vectors"] == []
 
 
 def test_csfcube_readers_and_malformed_files(tmp_path):
