@@ -87,6 +87,9 @@ class RenderConfig:
     title: str = setting("Map of science", "corpus name in the title of the map PNGs and of the HTML map")
     html_width: int = setting(1000, "width of the HTML map's plot and topic table, in pixels")
     html_height: int = setting(750, "height of the HTML map's plot, in pixels")
+    view: str = setting("", "'' = the map of the main vectors; a facet (e.g. method: a key of the run's 'facets' "
+                        "view, or view:key) = a facet map in <run>/maps/<key>/: kNN, Leiden and this render on "
+                        "that view's vectors (METHODS.md §8.6)")
 
 
 # Cited papers known only from a reference list (no record of their own) are drawn in grey, so
@@ -201,6 +204,10 @@ def group_mean_xy(labels: np.ndarray, pxy: np.ndarray, n_topics: int, chunk: int
 def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     """The stage: see the module doc. Memory: the vector store is read in blocks; per paper the
     stage keeps ~50 bytes of arrays plus its title words and fields as sparse rows."""
+    if cfg.view:
+        from mapping.facet_maps import run_facet_map
+
+        return run_facet_map(cfg, layout)
     steps = Steps("render")
     with steps("load"):
         vec = open_vectors(layout)
