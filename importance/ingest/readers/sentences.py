@@ -26,24 +26,24 @@ _ABBREVIATION = re.compile(
 
 def sentence_bounds(text: str) -> list[int]:
     """Start offsets of the sentences of a paragraph (0 first), by the rule above."""
-    starts, depth_at = [0], _bracket_depth(text)
+    from bisect import bisect_left
+
+    starts = [0]
+    opens = closes = None
     for m in _BOUNDARY.finditer(text):
         dot = m.start() + 1
-        if depth_at[m.start()] > 0 or _ABBREVIATION.search(text, max(0, dot - 12), dot):
+        if _ABBREVIATION.search(text, max(0, dot - 12), dot):
+            continue
+        if opens is None:   # bracket positions, found once per paragraph that has a boundary
+            opens = [b.start() for b in _OPEN.finditer(text)]
+            closes = [b.start() for b in _CLOSE.finditer(text)]
+        if bisect_left(opens, m.start()) > bisect_left(closes, m.start()):   # inside a bracket
             continue
         starts.append(m.end())
     return starts
 
 
-def _bracket_depth(text: str) -> list[int]:
-    depth, out = 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]" and depth:
-            depth -= 1
-        out.append(depth)
-    return out
+_OPEN, _CLOSE = re.compile(r"[(\[]"), re.compile(r"[)\]]")
 
 
 def context_at(text: str, starts: list[int], begin: int, end: int | None = None) -> str | None:
