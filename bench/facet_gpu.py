@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the script's own folder is first on the import path: bench/gpu_throughput.py's helpers
 from gpu_throughput import make_model, sync, texts_from_sample  # noqa: E402
 
 from encoders.config import TrainConfig  # noqa: E402

@@ -204,10 +204,8 @@ def group_mean_xy(labels: np.ndarray, pxy: np.ndarray, n_topics: int, chunk: int
 def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
     """The stage: see the module doc. Memory: the vector store is read in blocks; per paper the
     stage keeps ~50 bytes of arrays plus its title words and fields as sparse rows."""
-    if cfg.view:
-        from mapping.facet_maps import run_facet_map
-
-        return run_facet_map(cfg, layout)
+    if cfg.view:   # the stage sends these to mapping.facet_maps.run_facet_map
+        raise ValueError(f"run_render draws the main vectors' map; view {cfg.view!r} is a facet map (run_facet_map)")
     steps = Steps("render")
     with steps("load"):
         vec = open_vectors(layout)

@@ -23,6 +23,10 @@ def _cluster(cfg, layout, ctx):
 
 
 def _render(cfg, layout, ctx):
+    if cfg.view:   # a facet map (METHODS.md §8.6)
+        from mapping.facet_maps import run_facet_map
+
+        return run_facet_map(cfg, layout)
     from mapping.render import run_render
 
     return run_render(cfg, layout)

@@ -66,7 +66,7 @@ def test_render_view_method_maps_the_method_vectors(facet_run):
     run_cluster(ClusterConfig(resolutions=[0.05, 0.2]), layout)
     main = run_render(RenderConfig(), layout)
     main_png = layout.map_png.read_bytes()
-    s = run_render(RenderConfig(view="method"), layout)
+    s = run_facet_map(RenderConfig(view="method"), layout)
     sub = RunLayout(layout.root / "maps" / "method")
     assert s["k"] == 10 and s["resolutions"] == [0.05, 0.2] and set(s["linked"]) >= {"papers"}
     assert sub.map_png.is_file() and sub.map_html.is_file() and layout.map_png.read_bytes() == main_png
