@@ -94,6 +94,8 @@ def label_contexts(run: str | Path, classifier: str | Path | None = None, device
         cols[f"p_{name}"] = proba[:, j] if texts else []
     out = pa.table(cols, schema=SCHEMAS["context_intents"])
     write_table_atomic(out, layout.table("context_intents"), SCHEMAS["context_intents"])
-    counts = {k: int(v) for k, v in zip(*pc.value_counts(out["intent"]).flatten())} if texts else {}
+    counts = {}
+    for label in out["intent"].to_pylist():
+        counts[label] = counts.get(label, 0) + 1
     return {"contexts": len(texts), "by_intent": {k: counts.get(k, 0) for k in INTENTS},
             "classifier": str(path), "seconds": round(time.time() - t0, 1)}

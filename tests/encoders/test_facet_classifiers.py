@@ -67,6 +67,8 @@ def test_label_contexts_writes_one_row_per_distinct_sentence(intent_model, tmp_p
     out = label_contexts(layout.root, intent_model[0], device="cpu")
     t = pq.read_table(layout.table("context_intents")).to_pandas()
     assert out["contexts"] == 5 == len(t)       # (a, ctx0) once; the null context is not labelled
+    assert out["by_intent"] == t.intent.value_counts().reindex(list(INTENTS), fill_value=0).to_dict()
+    assert sum(out["by_intent"].values()) == 5
     got = dict(zip(zip(t.citing_id, t.context), t.intent))
     assert got[("a", ctx[2])] == "method" and got[("b", ctx[4])] == "result" and got[("b", ctx[1])] == "background"
     np.testing.assert_allclose(t[["p_background", "p_method", "p_result"]].sum(axis=1), 1.0, atol=1e-5)
