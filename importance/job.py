@@ -207,14 +207,14 @@ def _with_facet_triplets(trip, pairs, ments, papers, tcfg, signal: str, layout: 
     from importance.triplets import sample_facet_triplets
     from sciencemap.contracts import FACETS
 
-    if signal == "section":
-        counts = pairs.select("citing_id", "cited_id", F.col("f_I").alias(COUNT["background"]),
-                              F.col("f_M").alias(COUNT["method"]), (F.col("f_R") + F.col("f_D")).alias(COUNT["result"]))
+    if signal == "section":   # columns of the pairs themselves: no join
+        fp = pairs.withColumns({COUNT["background"]: F.col("f_I"), COUNT["method"]: F.col("f_M"),
+                                COUNT["result"]: F.col("f_R") + F.col("f_D")})
+        fp = fp.withColumn("c_any", sum((F.col(COUNT[f]) for f in FACETS), F.lit(0)))
     else:
         intents = layout.table("context_intents")
         require_table(intents, f"run `python jobs/facets.py intent-label --run {layout.root}` first (facet_signal = intent)")
-        counts = facet_counts(ments, "intent", spark.read.parquet(str(intents)))
-    fp = with_facet_counts(pairs, counts)
+        fp = with_facet_counts(pairs, facet_counts(ments, "intent", spark.read.parquet(str(intents))))
     n_pairs = fp.select(*[F.sum((F.col(COUNT[f]) > 0).cast("int")).alias(f) for f in FACETS]).first().asDict()
     for f in FACETS:
         trip = trip.unionByName(sample_facet_triplets(fp.withColumn("c", F.col(COUNT[f])), papers, tcfg, f,
