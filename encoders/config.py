@@ -20,9 +20,10 @@ class TrainConfig:
     model: str = setting(DEFAULT_MODEL, "'minilm' or a local Hugging Face directory (e.g. SciBERT)")
     pooling: str = setting("mean", "mean over non-padding tokens (seed paper) or cls", choices=POOLINGS)
     objective: str = setting(DEFAULT_OBJECTIVE, "training objective (encoders/objectives): triplet margin "
-                             "loss on L2, in_batch negatives (InfoNCE over the micro-batch), or ema_head (triplet "
+                             "loss on L2, in_batch negatives (InfoNCE over the micro-batch), ema_head (triplet "
                              "plus a head that predicts an EMA target's vector: the example of an objective with "
-                             "parts)", choices=OBJECTIVES)
+                             "parts), flew (three facet encoders) or unifar (facet anchors and attention); the last "
+                             "two train on facet triplets (METHODS.md §8)", choices=OBJECTIVES)
     margin: float | None = setting(None, "triplet objective: None = the triplets' own margin (importance stage), else 1.0")
     normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4.3)")
     in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")

@@ -128,7 +128,7 @@ def test_jobs_train_objective_in_batch_writes_a_model_card_naming_it(tmp_path, r
 
 
 def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
-    with pytest.raises(UserError, match=r"training objective 'nope' is unknown; use one of triplet, in_batch, ema_head"):
+    with pytest.raises(UserError, match=r"training objective 'nope' is unknown; use one of triplet, in_batch, ema_head, flew, unifar"):
         run_train(TrainConfig(objective="nope"), RunLayout(tmp_path / "none"))
     p = subprocess.run([sys.executable, "jobs/train.py", "--run", str(tmp_path / "x"), "--objective", "nope"],
                        cwd=repo_root, capture_output=True, text=True, timeout=120)
@@ -136,7 +136,7 @@ def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
     assert OBJECTIVES[0] == "triplet" and TrainConfig().objective == "triplet"
     helptext = subprocess.run([sys.executable, "jobs/train.py", "--help"], cwd=repo_root, capture_output=True,
                               text=True, timeout=120).stdout
-    assert "--objective {triplet,in_batch,ema_head}" in helptext and "--in-batch-scale" in helptext
+    assert "--objective {triplet,in_batch,ema_head,flew,unifar}" in helptext and "--in-batch-scale" in helptext
 
 
 def test_fingerprint_names_the_objective_and_its_settings():
