@@ -173,7 +173,8 @@ def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceCo
 
 
 # what makes two runs' vectors comparable: the same weights, pooled the same way over the same tokens
-ENCODER_KEYS = ("model_hash", "pooling", "max_length", "dim")
+# "vector": how the main vector was made (an objective's own, with its settings: FLeW's facet weights)
+ENCODER_KEYS = ("model_hash", "pooling", "max_length", "dim", "vector")
 
 
 def same_encoder(map_layout: RunLayout, new_layout: RunLayout) -> None:
@@ -186,15 +187,20 @@ def same_encoder(map_layout: RunLayout, new_layout: RunLayout) -> None:
     if not all((d / EMBEDDINGS_MANIFEST).is_file() for d in dirs):
         return
     old, new = read_manifest(dirs[0]), read_manifest(dirs[1])
-    differ = [k for k in ENCODER_KEYS if old.get(k) != new.get(k)]
+    # "vector" is compared where both manifests have it (manifests written before it lack it)
+    differ = [k for k in ENCODER_KEYS if old.get(k) != new.get(k) and (k != "vector" or (k in old and k in new))]
     if differ:
         def told(m):
+            w = (m.get("vector") or {}).get("facet_weights")
             return (f"{m.get('model_path')} (hash {str(m.get('model_hash'))[:12]}, pooling {m.get('pooling')}, "
-                    f"max_length {m.get('max_length')}, {m.get('dim')} dimensions)")
+                    f"max_length {m.get('max_length')}, {m.get('dim')} dimensions"
+                    + (f", facet weights {w}" if w else "") + ")")
         raise UserError(f"the new papers in {new_layout.root} were embedded with {told(new)}, the map {map_layout.root} "
                         f"with {told(old)}: vectors of two encoders cannot share a map; embed the new papers with "
                         f"the map's: jobs/embed.py --run {new_layout.root} --model {old.get('model_path')} "
-                        f"--pooling {old.get('pooling')} --max-length {old.get('max_length')} --restart")
+                        f"--pooling {old.get('pooling')} --max-length {old.get('max_length')} --restart"
+                        + (f" --facet-weights {','.join(map(str, (old.get('vector') or {})['facet_weights']))}"
+                           if (old.get("vector") or {}).get("facet_weights") else ""))
 
 
 def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:

@@ -139,7 +139,14 @@ def test_vectors_of_another_encoder_are_refused_in_one_sentence(tmp_path, make_r
         assert f"the map {layout.root} with {enc['model_path']} (hash aaaaaaaaaaaa, pooling mean, max_length 256" in msg
         assert msg.endswith(f"jobs/embed.py --run {new.root} --model {enc['model_path']} --pooling mean "
                             "--max-length 256 --restart")
-    assert set(ENCODER_KEYS) == {"model_hash", "pooling", "max_length", "dim"}
+    assert set(ENCODER_KEYS) == {"model_hash", "pooling", "max_length", "dim", "vector"}
+    # the same FLeW model with other facet weights makes other main vectors: refused, the map's weights named
+    fw = {"from": "sum of the facet view's vectors, weighted", "objective": "flew"}
+    (layout.embeddings_dir / "manifest.json").write_text(json.dumps({**enc, "vector": {**fw, "facet_weights": [0.5, 0.3, 0.2]}}))
+    (new.embeddings_dir / "manifest.json").write_text(json.dumps({**enc, "vector": {**fw, "facet_weights": [0.2, 0.3, 0.5]}}))
+    with pytest.raises(UserError, match=r"facet weights \[0.5, 0.3, 0.2\].*--facet-weights 0.5,0.3,0.2$"):
+        run_place(PlaceConfig(new=str(new.root)), layout)
+    (layout.embeddings_dir / "manifest.json").write_text(json.dumps(enc))
     # the same encoder (another path to the same weights) passes the check and goes on: here to the
     # unrendered map's own error
     (new.embeddings_dir / "manifest.json").write_text(json.dumps({**enc, "model_path": "/elsewhere/model"}))
