@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -78,33 +77,21 @@ class FlewObjective(TripletObjective):
         name = FACETS[f]
         return dataclasses.replace(enc, model=self.part(name) if training else self.parts[name].module)
 
-    # -- data: facet triplets on facet text
+    # -- data: facet triplets on facet text (encoders.training.facet_table)
     def prepare_data(self, layout, enc, sample_triplets: int = 0):
-        from encoders.training.item_store import files_state, prepare, tokenizer_digest
+        from encoders.training.facet_table import prepare_facet_tokens
 
-        if sample_triplets:
-            raise UserError("the flew objective has no token or time budget yet: set max_tokens = 0 and max_hours = 0")
-        facets_table = layout.table("abstract_facets")
-        if not facets_table.exists():
-            raise UserError(f"{facets_table} is missing: run `python jobs/facets.py splitter-label --run {layout.root}` "
-                            "(FLeW trains on facet-specific text)")
-        inputs = {"format": FORMAT, "triplets": files_state(layout.table("triplets")),
-                  "papers": files_state(layout.table("papers")), "abstract_facets": files_state(facets_table),
-                  "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
-                  "val_max": self.cfg.val_max, "seed": self.cfg.seed}
-        return prepare(layout.train_tokens_dir, KIND, inputs, lambda tmp: build_facet_tokens(
-            layout, tmp, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max, self.cfg.seed))
+        return prepare_facet_tokens(self.name, facet_items(enc.sep), layout, enc, self.cfg.val_max, self.cfg.seed,
+                                    sample_triplets)
 
     def open_data(self, folder):
-        from encoders.training.triplet_table import open_tokens
+        from encoders.training.facet_table import open_facet_tokens
 
-        data = open_tokens(folder)
-        ids = data.store.items.column("item_id").to_pylist()
-        self._item_facets = np.asarray([facet_of_item(i) for i in ids], np.int8)
+        data, self._facet_data = open_facet_tokens(folder)
         return data
 
     def collate(self, data, pad_id: int, bucket_tokens: int):
-        return FacetCollate(data, pad_id, self._item_facets[data.train["a"]])
+        return FacetCollate(data, pad_id, self._facet_data.row_facets["train"])
 
     # -- the loss
     def batch_loss(self, enc, batch) -> torch.Tensor:
@@ -172,61 +159,15 @@ class FlewObjective(TripletObjective):
         return {"from": "sum of the facet view's vectors, weighted", "facet_weights": self.weights()}
 
 
-def build_facet_tokens(layout, folder: Path, tokenizer, max_length: int, sep: str, val_max: int, seed: int) -> dict:
-    """Every facet triplet of the run, on facet text, into the item store (rows a, p, n, split, kind)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+def facet_items(sep: str):
+    """FLeW's items: one per paper and facet it is used for, on that facet's text."""
     from encoders.facets.splitter import facet_text
-    from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
-    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
-    from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
-    from sciencemap.storage import dataset
+    from encoders.training.facet_table import FacetItems
 
-    df = _read_triplets(layout, facet="*")
-    for col in ("anchor_id", "positive_id", "negative_id"):
-        df[col] = [item_id(f, p) for f, p in zip(df["facet"], df[col])]
-    need = {}
-    for col in ("anchor_id", "positive_id", "negative_id"):
-        for item in df[col]:
-            f, pid = item.split(ITEM_SEP, 1)
-            need.setdefault(pid, set()).add(f)
-    wanted = pa.array(sorted(need), pa.string())
-    split_of = {}
-    for batch in dataset(layout.table("abstract_facets"), "run jobs/facets.py splitter-label").to_batches(columns=["paper_id", "sentences", "facets"]):
-        t = pa.Table.from_batches([batch])
-        t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
-        for pid, s, f in zip(*(t[c].to_pylist() for c in ("paper_id", "sentences", "facets"))):
-            split_of[pid] = (s or [], f or [])
-
-    def texts():
-        for batch in dataset(layout.table("papers"), "run the ingest stage first").to_batches(columns=["paper_id", "title"]):
-            t = pa.Table.from_batches([batch])
-            t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
-            for pid, title in zip(t["paper_id"].to_pylist(), t["title"].to_pylist()):
-                s, f = split_of.get(pid, ([], []))
-                for facet in sorted(need[pid]):
-                    yield item_id(facet, pid), facet_text(title, s, f, facet, sep)
-
-    row_of = write_items(folder / ITEMS, texts(), tokenizer, max_length)
-    has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
-    counts = {"triplets_total": int(len(df)), "dropped_no_text": int((~has_text).sum()),
-              "papers_with_facet_split": len(split_of)}
-    df = df[has_text]
-    parts = [df[df["split"] == SPLIT_TRAIN], _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)]
-    for name, part in zip((SPLIT_TRAIN, SPLIT_VAL), parts):
-        counts[f"{name}_triplets"] = int(len(part))
-        counts[f"{name}_by_facet"] = {f: int((part["facet"] == f).sum()) for f in FACETS}
-    train = parts[0]
-    digest = data_digest({"ai": train["anchor_id"].tolist(), "pi": train["positive_id"].tolist(),
-                          "ni": train["negative_id"].tolist()})
-    rows = lambda col: pa.array(  # noqa: E731
-        np.concatenate([p[col].map(row_of).to_numpy(np.int32) for p in parts]), pa.int32())
-    write_rows(folder / ROWS, pa.table({
-        "a": rows("anchor_id"), "p": rows("positive_id"), "n": rows("negative_id"),
-        "split": pa.array(np.concatenate([p["split"].to_numpy(object) for p in parts]), pa.string()),
-        "kind": pa.array(np.concatenate([p["negative_kind"].fillna("").to_numpy(object) for p in parts]), pa.string())}))
-    return {"counts": counts, "train_digest": digest, "papers": len(row_of)}
+    def texts(pid, title, sentences, facets, used):
+        for f in sorted(used):
+            yield item_id(f, pid), facet_text(title, sentences, facets, f, sep), []
+    return FacetItems(KIND, FORMAT, item_id, texts)
 
 
 OBJECTIVE = FlewObjective

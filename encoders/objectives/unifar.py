@@ -23,11 +23,9 @@ The question–document loss of the paper needs a (question, paper) table; none 
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
-import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
@@ -40,7 +38,6 @@ from encoders.objectives.facet_batches import FacetCollate
 
 KIND = "unifar_tokens"
 FORMAT = "sciencemap.unifar_tokens/1"
-LABELS_FILE = "sentence_facets.arrow"
 MIN_SENTENCES = 3
 TAU = 0.08
 KL_WEIGHT = (0.3, 0.5)
@@ -159,39 +156,22 @@ class UnifarObjective(Objective):
                                        ~attention_mask.bool(), by_sent)
         return out, attn, n_sent
 
-    # -- data
+    # -- data (encoders.training.facet_table)
     def prepare_data(self, layout, enc, sample_triplets: int = 0):
-        from encoders.training.item_store import files_state, prepare, tokenizer_digest
+        from encoders.training.facet_table import prepare_facet_tokens
 
-        if sample_triplets:
-            raise UserError("the unifar objective has no token or time budget yet: set max_tokens = 0 and max_hours = 0")
-        facets_table = layout.table("abstract_facets")
-        if not facets_table.exists():
-            raise UserError(f"{facets_table} is missing: run `python jobs/facets.py splitter-label --run {layout.root}` "
-                            "(UniFAR reads the abstract's sentences and their facet labels)")
-        inputs = {"format": FORMAT, "triplets": files_state(layout.table("triplets")),
-                  "papers": files_state(layout.table("papers")), "abstract_facets": files_state(facets_table),
-                  "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
-                  "val_max": self.cfg.val_max, "seed": self.cfg.seed}
-        return prepare(layout.train_tokens_dir, KIND, inputs, lambda tmp: build_unifar_tokens(
-            layout, tmp, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max, self.cfg.seed))
+        return prepare_facet_tokens(self.name, unifar_items(enc.sep), layout, enc, self.cfg.val_max, self.cfg.seed,
+                                    sample_triplets)
 
     def open_data(self, folder):
-        from encoders.training.triplet_table import open_tokens
+        from encoders.training.facet_table import open_facet_tokens
 
-        data = open_tokens(folder)
-        split = data.store.rows.column("split").to_numpy(zero_copy_only=False)
-        facet = data.store.rows.column("facet").to_numpy()
-        self._row_facets = {"train": facet[split == "train"], "val": facet[split == "val"]}
-        self._labels = pa.ipc.open_file(pa.memory_map(str(folder / LABELS_FILE))).read_all().column("facets")
-        self._val_facets = self._row_facets["val"]
+        data, self._facet_data = open_facet_tokens(folder)
+        self._val_facets = self._facet_data.row_facets["val"]
         return data
 
-    def item_labels(self, row: int) -> list[int]:
-        return self._labels[row].as_py()
-
     def collate(self, data, pad_id: int, bucket_tokens: int):
-        return FacetCollate(data, pad_id, self._row_facets["train"], self.item_labels)
+        return FacetCollate(data, pad_id, self._facet_data.row_facets["train"], self._facet_data.item_labels)
 
     # -- the loss
     def facet_loss(self, E: torch.Tensor, k: int, facets: torch.Tensor, anchor_ids, positive_ids, negative_ids):
@@ -303,60 +283,13 @@ class UnifarObjective(Objective):
         return {"from": "the three unit facet vectors concatenated, / sqrt(3) (cosine = mean facet cosine)"}
 
 
-def build_unifar_tokens(layout, folder, tokenizer, max_length: int, sep: str, val_max: int, seed: int) -> dict:
-    """Every facet triplet; papers as title [SEP] sentences (abstract_facets); rows a, p, n, split,
-    kind, facet; LABELS_FILE: each paper's sentence facets (index into FACETS, -1 none)."""
-    import pyarrow.compute as pc
+def unifar_items(sep: str):
+    """UniFAR's items: one per paper, title [SEP] its abstract's sentences, with their facet labels."""
+    from encoders.training.facet_table import FacetItems
 
-    from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
-    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
-    from sciencemap.contracts import SPLIT_TRAIN, SPLIT_VAL
-    from sciencemap.storage import dataset
-
-    df = _read_triplets(layout, facet="*")
-    ids = set(df["anchor_id"]) | set(df["positive_id"]) | set(df["negative_id"])
-    wanted = pa.array(sorted(ids), pa.string())
-    split_of = {}
-    for batch in dataset(layout.table("abstract_facets"), "run jobs/facets.py splitter-label").to_batches(
-            columns=["paper_id", "sentences", "facets"]):
-        t = pa.Table.from_batches([batch])
-        t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
-        for pid, s, f in zip(*(t[c].to_pylist() for c in ("paper_id", "sentences", "facets"))):
-            split_of[pid] = (s or [], [FACETS.index(x) if x in FACETS else -1 for x in (f or [])])
-    labels_of = {}
-
-    def texts():
-        for batch in dataset(layout.table("papers"), "run the ingest stage first").to_batches(columns=["paper_id", "title"]):
-            t = pa.Table.from_batches([batch])
-            t = t.filter(pc.is_in(t["paper_id"], value_set=wanted))
-            for pid, title in zip(t["paper_id"].to_pylist(), t["title"].to_pylist()):
-                s, f = split_of.get(pid, ([], []))
-                labels_of[pid] = f
-                yield pid, sentence_text(title, s, sep)
-
-    row_of = write_items(folder / ITEMS, texts(), tokenizer, max_length)
-    order = sorted(row_of, key=row_of.get)
-    with pa.ipc.new_file(str(folder / LABELS_FILE), pa.schema([("facets", pa.list_(pa.int8()))])) as out:
-        out.write_table(pa.table({"facets": pa.array([labels_of.get(p, []) for p in order], pa.list_(pa.int8()))}))
-    has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
-    counts = {"triplets_total": int(len(df)), "dropped_no_text": int((~has_text).sum()),
-              "papers_with_facet_split": len(split_of)}
-    df = df[has_text]
-    parts = [df[df["split"] == SPLIT_TRAIN], _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)]
-    for name, part in zip((SPLIT_TRAIN, SPLIT_VAL), parts):
-        counts[f"{name}_triplets"] = int(len(part))
-        counts[f"{name}_by_facet"] = {f: int((part["facet"] == f).sum()) for f in FACETS}
-    train = parts[0]
-    digest = data_digest({"ai": [f"{f}:{a}" for f, a in zip(train["facet"], train["anchor_id"])],
-                          "pi": train["positive_id"].tolist(), "ni": train["negative_id"].tolist()})
-    rows = lambda col: pa.array(  # noqa: E731
-        np.concatenate([p[col].map(row_of).to_numpy(np.int32) for p in parts]), pa.int32())
-    write_rows(folder / ROWS, pa.table({
-        "a": rows("anchor_id"), "p": rows("positive_id"), "n": rows("negative_id"),
-        "split": pa.array(np.concatenate([p["split"].to_numpy(object) for p in parts]), pa.string()),
-        "kind": pa.array(np.concatenate([p["negative_kind"].fillna("").to_numpy(object) for p in parts]), pa.string()),
-        "facet": pa.array(np.concatenate([p["facet"].map(FACETS.index).to_numpy(np.int8) for p in parts]), pa.int8())}))
-    return {"counts": counts, "train_digest": digest, "papers": len(row_of)}
+    def texts(pid, title, sentences, facets, used):
+        yield pid, sentence_text(title, sentences, sep), [FACETS.index(x) if x in FACETS else -1 for x in facets]
+    return FacetItems(KIND, FORMAT, lambda facet, pid: pid, texts)
 
 
 OBJECTIVE = UnifarObjective

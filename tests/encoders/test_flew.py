@@ -55,7 +55,7 @@ def test_facet_text_and_the_facet_items(tmp_path, facet_run):
     row = ids.index(item_id("method", p0["paper_id"]))
     assert data.tokens(np.array([row]))[0] == enc.token_ids([want])[0]
     # each train row's facet is its anchor's
-    batch = FacetCollate(data, enc.tokenizer.pad_token_id, obj._item_facets[data.train["a"]])(list(range(9)))
+    batch = FacetCollate(data, enc.tokenizer.pad_token_id, obj._facet_data.row_facets["train"])(list(range(9)))
     assert batch.facets == [FACETS.index(ids[a].split(":", 1)[0]) for a in data.train["a"][:9]]
 
 
