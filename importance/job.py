@@ -186,8 +186,9 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None, size: I
         "n_triplets": n_trip, "share_hard_negatives": round(n_hard / n_trip, 4) if n_trip else None,
         "triplets_by_kind_split": {f"{k}/{s}": v for (k, s), v in sorted(counts.items())},
         "n_anchors_with_triplets": anchors,
-        "facet_triplets": {f: {"pairs": facet_pairs[f], "triplets": sum(by_facet.get(f, {}).values()),
-                               "by_kind_split": dict(sorted(by_facet.get(f, {}).items()))} for f in facet_pairs},
+        **({"facet_triplets": {f: {"pairs": facet_pairs[f], "triplets": sum(by_facet.get(f, {}).values()),
+                                   "by_kind_split": dict(sorted(by_facet.get(f, {}).items()))} for f in facet_pairs}}
+           if facet_pairs else {}),
         "resolution_rate_per_source": res, "triplet_meta": meta, "timings": timings,
         "seconds": round(time.time() - t0, 2), "config": asdict(cfg), "spark": used.record(),
     }
