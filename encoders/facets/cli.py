@@ -6,6 +6,7 @@ and before training the facet objectives (flew, unifar).
     intent-label    label the citing sentences of a run's mentions -> context_intents
     splitter-train  fine-tune the abstract facet splitter on CSAbstruct; prints it beside a position-only rule
     splitter-label  split a run's abstracts into facets -> abstract_facets
+    weights         FLeW: the facet weights searched on the simplex against held-out citations
 
 A classifier is trained by one command and kept where --out says (the run's models/ folder is where
 the label commands look by default): a fine-tuned encoder weighs what the encoder weighs, so none is
@@ -43,6 +44,10 @@ def main(argv=None, prog: str = "facets") -> int:
         lab.add_argument("--device", default="auto")
         if name == "splitter-label":
             lab.add_argument("--all", action="store_true", help="every paper with an abstract, not only the triplets' papers")
+    w = sub.add_parser("weights", help="FLeW: search the facet weights on the simplex against held-out citations")
+    w.add_argument("--run", required=True, help="a run embedded with a flew model (its 'facets' view)")
+    w.add_argument("--step", type=float, default=0.1)
+    w.add_argument("--split", default="val", help="the triplets' split whose anchors are the queries")
     a = p.parse_args(argv)
     try:
         if a.cmd.endswith("-train"):
@@ -52,6 +57,11 @@ def main(argv=None, prog: str = "facets") -> int:
             else:
                 from encoders.facets.splitter import train_splitter as train
             res = train(a.data, a.out, a.model, a.device, **kw)
+        elif a.cmd == "weights":
+            from encoders.facets.weights import search_run
+
+            res = search_run(a.run, a.step, a.split)
+            res = {k: v for k, v in res.items() if k != "grid"} | {"top": res["grid"][:5]}
         elif a.cmd == "intent-label":
             from encoders.facets.intent import label_contexts
 

@@ -121,3 +121,24 @@ def test_label_abstracts_aligns_sentences_and_facets(tmp_path, shared_data):
     assert t[0]["sentences"] == ["Cells divide.", "We used a microscope.", "Cells divided faster."]
     assert len(t[0]["facets"]) == 3 and set(t[0]["facets"]) <= set(FACETS) and len(t[1]["facets"]) == 1
     assert json.loads((model / "classifier.json").read_text())["labels"] == list(FACETS)
+
+
+def test_facet_weight_search_on_the_simplex():
+    from encoders.facets.weights import average_precision, search, simplex
+
+    grid = simplex(0.1)
+    assert len(grid) == 36 and all(min(w) > 0 and abs(sum(w) - 1) < 1e-9 for w in grid)
+    assert (0.1, 0.1, 0.8) in grid and (0.0, 0.5, 0.5) not in grid
+    with pytest.raises(UserError, match="must divide 1"):
+        simplex(0.3)
+    assert average_precision(np.array([0.9, 0.8, 0.7]), np.array([False, True, True])) == pytest.approx((1 / 2 + 2 / 3) / 2)
+    # 4 anchors x 6 candidates: only the method cosine ranks the cited candidates first
+    rng = np.random.default_rng(0)
+    relevant = np.zeros((4, 6), bool)
+    relevant[np.arange(4), np.arange(4)] = True
+    cos = rng.uniform(-0.2, 0.2, (4, 6, 3))
+    cos[..., 1] += relevant * 0.5
+    cos[..., 0] += (~relevant) * 0.5            # background points the wrong way
+    rows = search(cos, relevant, np.ones((4, 6), bool), 0.1)
+    assert rows[0]["map"] == 1.0 and rows[0]["weights"][1] >= 0.5
+    assert rows[-1]["weights"][0] == 0.8 and rows[-1]["map"] < 1.0

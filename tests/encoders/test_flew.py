@@ -141,6 +141,19 @@ def test_export_then_embed_reproduces_the_facet_encoders_and_the_weighted_sum(tm
     # the facet encoders were trained apart: their vectors differ
     assert np.abs(V[:, 1] - V[:, 0]).max() > 1e-3
 
+    # the weight search reads this view, the val anchors and what they cite
+    from encoders.facets.weights import search_run, simplex
+
+    refs = {"citing_id": [ids[9], ids[10], ids[10]], "cited_id": [ids[10], ids[11], ids[0]]}
+    n = len(refs["citing_id"])
+    write_table_atomic(pa.table({f.name: refs.get(f.name, [None] * n) for f in SCHEMAS["references"]},
+                                schema=SCHEMAS["references"]), layout.table("references"))
+    with pytest.raises(UserError, match="no val triplets"):   # the fixture's val triplets are facet triplets
+        search_run(layout.root)
+    res = search_run(layout.root, split="train")
+    assert tuple(res["best"]["weights"]) in simplex(0.1) and len(res["grid"]) == 36
+    assert res["anchors"] == 1 and (layout.root / "facet_weights.json").is_file()
+
 
 def test_without_facet_triplets_or_facet_text_one_clear_error(tmp_path, make_triplet_run, records):
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
