@@ -30,7 +30,9 @@ def mention_facets(mentions: DataFrame, signal: str, context_intents: DataFrame 
     if signal == "intent":
         if context_intents is None:
             raise ValueError("the intent signal needs the context_intents table")
-        lab = context_intents.select("citing_id", "context", F.col("intent").alias("facet"))
+        # the label command writes each sentence once per batch it read: a repeat across batches is dropped
+        lab = context_intents.select("citing_id", "context", F.col("intent").alias("facet")).dropDuplicates(
+            ["citing_id", "context"])
         return (ments.select("citing_id", "cited_id", "context")
                 .join(lab, ["citing_id", "context"], "left").select("citing_id", "cited_id", "facet"))
     raise ValueError(f"unknown facet signal {signal!r}; use one of {FACET_SIGNALS}")

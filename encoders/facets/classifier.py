@@ -117,6 +117,7 @@ def train_classifier(model_spec: str, labels: Sequence[str], train: Sequence[tup
                      log=print) -> tuple[SentenceClassifier, TrainRecord]:
     """Fine-tune encoder + head on (text, label) pairs; keeps the epoch with the best dev macro-F1."""
     from encoders.model import load_encoder
+    from encoders.training.loop import param_groups
 
     unknown = sorted({y for _, y in list(train) + list(dev)} - set(labels))
     if unknown:
@@ -135,13 +136,9 @@ def train_classifier(model_spec: str, labels: Sequence[str], train: Sequence[tup
     weights = (len(y) / (len(labels) * np.maximum(counts, 1))) if s.balanced else np.ones(len(labels))
     loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor(weights, dtype=torch.float32, device=enc.device))
     ids = enc.token_ids([t for t, _ in train])
-    no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n  # noqa: E731
-    groups = [
-        {"params": [p for n, p in model.transformer.named_parameters() if not no_decay(n)], "lr": s.lr, "weight_decay": s.weight_decay},
-        {"params": [p for n, p in model.transformer.named_parameters() if no_decay(n)], "lr": s.lr, "weight_decay": 0.0},
-        {"params": list(model.head.parameters()), "lr": s.head_lr, "weight_decay": 0.0},
-    ]
-    opt = torch.optim.AdamW(groups)
+    # the training loop's groups (no decay on biases and norms) for the encoder; the head apart, undecayed
+    groups = [{**g, "lr": s.lr} for g in param_groups(model.transformer, s.weight_decay)]
+    opt = torch.optim.AdamW(groups + [{"params": list(model.head.parameters()), "lr": s.head_lr, "weight_decay": 0.0}])
     steps_per_epoch = math.ceil(len(train) / s.batch_size)
     total = steps_per_epoch * s.epochs
     warm = max(1, int(s.warmup_ratio * total))
@@ -210,6 +207,36 @@ def load_classifier(path: str | Path, device: str = "auto") -> SentenceClassifie
     model.head.load_state_dict(load_file(str(path / HEAD_FILE), device=str(enc.device)))
     model.eval()
     return model
+
+
+# Rows a label command reads, labels and writes at a time (one Parquet part each): memory stays flat
+# however large the run.
+LABEL_BATCH_ROWS = 65_536
+
+
+def open_labeller(layout, classifier: str | Path | None, default: str, labels, what: str, device: str = "auto"):
+    """(path, classifier) for a label command: the given folder, else <run>/models/<default>; one clear
+    error when it classifies something else."""
+    path = Path(classifier) if classifier else layout.root / "models" / default
+    clf = load_classifier(path, device=device)
+    if list(clf.labels) != list(labels):
+        raise UserError(f"{path} classifies {clf.labels}, not {what} {list(labels)}")
+    return path, clf
+
+
+def write_labelled(dest: Path, schema, tables) -> int:
+    """A labelled table from an iterable of pyarrow tables, one part file each; the folder replaces
+    `dest` once every part is written. Returns the rows written."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    with atomic_dir(Path(dest)) as tmp:
+        for i, t in enumerate(tables):
+            pq.write_table(t.cast(schema), tmp / f"part-{i:05d}.parquet")
+            n += t.num_rows
+        if n == 0:
+            pq.write_table(schema.empty_table(), tmp / "part-00000.parquet")
+    return n
 
 
 def classifier_meta(path: str | Path) -> dict:

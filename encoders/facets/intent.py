@@ -63,39 +63,39 @@ def train_intent(data: str | Path, out: str | Path, model: str = "minilm", devic
 
 def label_contexts(run: str | Path, classifier: str | Path | None = None, device: str = "auto",
                    batch_size: int = 128) -> dict:
-    """Label the distinct (citing_id, context) of the run's mentions; writes `context_intents`."""
+    """Label the run's citing sentences, LABEL_BATCH_ROWS mentions at a time (each (citing_id, context)
+    once within a batch; the importance stage drops repeats across batches); writes `context_intents`."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from encoders.facets.classifier import load_classifier
+    from encoders.facets.classifier import LABEL_BATCH_ROWS, open_labeller, write_labelled
     from sciencemap.contracts import SCHEMAS
     from sciencemap.layout import RunLayout
-    from sciencemap.storage import write_table_atomic
 
     layout = RunLayout(Path(run))
     mentions = layout.table("mentions")
     if not mentions.exists():
         raise UserError(f"{mentions} is missing: run the ingest stage first")
-    path = Path(classifier) if classifier else layout.root / "models" / "intent"
-    t0 = time.time()
-    clf = load_classifier(path, device=device)
-    if list(clf.labels) != list(INTENTS):
-        raise UserError(f"{path} classifies {clf.labels}, not citation intent {list(INTENTS)}")
-    tab = ds.dataset(str(mentions)).to_table(columns=["citing_id", "context"])
-    if "context" not in tab.column_names:
+    d = ds.dataset(str(mentions))
+    if "context" not in d.schema.names:
         raise UserError(f"{mentions} has no context column: ingest it again with this version")
-    tab = tab.filter(pc.is_valid(tab["context"])).group_by(["citing_id", "context"]).aggregate([])
-    texts = tab["context"].to_pylist()
-    proba = clf.predict_proba(texts, batch_size) if texts else None
-    cols = {"citing_id": tab["citing_id"], "context": tab["context"],
-            "intent": [INTENTS[i] for i in proba.argmax(1)] if texts else []}
-    for j, name in enumerate(INTENTS):
-        cols[f"p_{name}"] = proba[:, j] if texts else []
-    out = pa.table(cols, schema=SCHEMAS["context_intents"])
-    write_table_atomic(out, layout.table("context_intents"), SCHEMAS["context_intents"])
-    counts = {}
-    for label in out["intent"].to_pylist():
-        counts[label] = counts.get(label, 0) + 1
-    return {"contexts": len(texts), "by_intent": {k: counts.get(k, 0) for k in INTENTS},
-            "classifier": str(path), "seconds": round(time.time() - t0, 1)}
+    t0 = time.time()
+    path, clf = open_labeller(layout, classifier, "intent", INTENTS, "citation intent", device)
+    counts = dict.fromkeys(INTENTS, 0)
+
+    def labelled():
+        for b in d.to_batches(columns=["citing_id", "context"], filter=pc.field("context").is_valid(),
+                              batch_size=LABEL_BATCH_ROWS):
+            tab = pa.Table.from_batches([b]).group_by(["citing_id", "context"]).aggregate([])
+            if not tab.num_rows:
+                continue
+            proba = clf.predict_proba(tab["context"].to_pylist(), batch_size)
+            intent = [INTENTS[i] for i in proba.argmax(1)]
+            for label in intent:
+                counts[label] += 1
+            yield pa.table({"citing_id": tab["citing_id"], "context": tab["context"], "intent": intent,
+                            **{f"p_{name}": proba[:, j] for j, name in enumerate(INTENTS)}})
+
+    n = write_labelled(layout.table("context_intents"), SCHEMAS["context_intents"], labelled())
+    return {"contexts": n, "by_intent": counts, "classifier": str(path), "seconds": round(time.time() - t0, 1)}

@@ -135,41 +135,46 @@ def facet_text(title: str | None, sentences: Sequence[str], facets: Sequence[str
 
 def label_abstracts(run: str | Path, classifier: str | Path | None = None, device: str = "auto",
                     everything: bool = False, batch_size: int = 128) -> dict:
-    """Split the abstracts of the run's triplet papers (every paper with `everything`) into facets;
-    writes `abstract_facets` (paper_id, sentences, facets)."""
+    """Split the abstracts of the run's triplet papers (every paper with `everything`) into facets,
+    LABEL_BATCH_ROWS papers at a time; writes `abstract_facets` (paper_id, sentences, facets)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from encoders.facets.classifier import load_classifier
+    from encoders.facets.classifier import LABEL_BATCH_ROWS, open_labeller, write_labelled
     from sciencemap.contracts import SCHEMAS
     from sciencemap.layout import RunLayout
-    from sciencemap.storage import write_table_atomic
 
     layout = RunLayout(Path(run))
     papers = layout.table("papers")
     if not papers.exists():
         raise UserError(f"{papers} is missing: run the ingest stage first")
-    path = Path(classifier) if classifier else layout.root / "models" / "splitter"
-    t0 = time.time()
-    clf = load_classifier(path, device=device)
-    if list(clf.labels) != list(FACETS):
-        raise UserError(f"{path} classifies {clf.labels}, not the facets {list(FACETS)}")
-    filt = None
+    filt = pc.field("abstract").is_valid()
     if not everything:
         trip = layout.table("triplets")
         if not trip.exists():
             raise UserError(f"{trip} is missing: run the importance stage first (or pass --all)")
         t = ds.dataset(str(trip)).to_table(columns=["anchor_id", "positive_id", "negative_id"])
         ids = pc.unique(pa.chunked_array(t["anchor_id"].chunks + t["positive_id"].chunks + t["negative_id"].chunks))
-        filt = pc.field("paper_id").isin(ids)
-    tab = ds.dataset(str(papers)).to_table(columns=["paper_id", "abstract"], filter=filt)
-    tab = tab.filter(pc.is_valid(tab["abstract"]))
-    done = split_abstracts(clf, tab["abstract"].to_pylist(), batch_size)
-    out = pa.table({"paper_id": tab["paper_id"], "sentences": [s for s, _ in done], "facets": [f for _, f in done]},
-                   schema=SCHEMAS["abstract_facets"])
-    write_table_atomic(out, layout.table("abstract_facets"), SCHEMAS["abstract_facets"])
-    flat = [f for _, fs in done for f in fs]
-    return {"abstracts": len(done), "sentences": len(flat), "by_facet": {f: flat.count(f) for f in FACETS},
-            "abstracts_without": {f: sum(1 for _, fs in done if f not in fs) for f in FACETS},
-            "classifier": str(path), "seconds": round(time.time() - t0, 1)}
+        filt = filt & pc.field("paper_id").isin(ids)
+    t0 = time.time()
+    path, clf = open_labeller(layout, classifier, "splitter", FACETS, "the facets", device)
+    stats = {"abstracts": 0, "sentences": 0, "by_facet": dict.fromkeys(FACETS, 0), "abstracts_without": dict.fromkeys(FACETS, 0)}
+
+    def labelled():
+        for b in ds.dataset(str(papers)).to_batches(columns=["paper_id", "abstract"], filter=filt,
+                                                    batch_size=LABEL_BATCH_ROWS):
+            if not b.num_rows:
+                continue
+            done = split_abstracts(clf, b.column("abstract").to_pylist(), batch_size)
+            for _, fs in done:
+                stats["abstracts"] += 1
+                stats["sentences"] += len(fs)
+                for f in FACETS:
+                    stats["by_facet"][f] += fs.count(f)
+                    stats["abstracts_without"][f] += f not in fs
+            yield pa.table({"paper_id": b.column("paper_id"), "sentences": [s for s, _ in done],
+                            "facets": [f for _, f in done]})
+
+    write_labelled(layout.table("abstract_facets"), SCHEMAS["abstract_facets"], labelled())
+    return {**stats, "classifier": str(path), "seconds": round(time.time() - t0, 1)}

@@ -12,7 +12,6 @@ printed with the whole table and written to `<run>/facet_weights.json`, ready fo
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 

@@ -103,7 +103,7 @@ def read_log(path: Path) -> list[dict]:
     return out
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """No weight decay on biases and LayerNorm weights (the usual BERT fine-tuning groups)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -115,10 +115,10 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, parts=()) -> torch.optim.AdamW:
     """AdamW over the encoder, then the objective's trainable `parts` (encoders.objectives.base.Part)
     in groups of their own, at their own learning rate and weight decay."""
-    groups = _param_groups(model, cfg.weight_decay)
+    groups = param_groups(model, cfg.weight_decay)
     for part in parts:
         if part.trainable:
-            for g in _param_groups(part.module, cfg.weight_decay if part.weight_decay is None else part.weight_decay):
+            for g in param_groups(part.module, cfg.weight_decay if part.weight_decay is None else part.weight_decay):
                 if g["params"]:
                     groups.append({**g, "lr": part.lr or cfg.lr})
     # Fused AdamW on CUDA (one kernel for all parameters); on a CPU the loop's own (today's numbers).

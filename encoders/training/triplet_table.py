@@ -127,14 +127,10 @@ def _read_triplets(layout: RunLayout, facet: str | None = None):
     if "facet" in d.schema.names:
         keep = (pds.field("facet").is_null() if facet is None else pds.field("facet").is_valid() if facet == "*"
                 else (pds.field("facet") == facet))
-        cols = TRIPLET_COLUMNS + (["facet"] if facet == "*" else [])
-        df = d.to_table(columns=cols, filter=keep).to_pandas()
-        if facet is not None and df.empty:
-            raise UserError(f"{layout.table('triplets')} has no facet triplets: run the importance stage with "
-                            "[importance] facet_signal = section or intent")
-    elif facet is None:   # a table written before facets
+        df = d.to_table(columns=TRIPLET_COLUMNS + (["facet"] if facet == "*" else []), filter=keep).to_pandas()
+    elif facet is None:   # a table written before facets: seed triplets only
         df = d.to_table(columns=TRIPLET_COLUMNS).to_pandas()
-    else:
+    if facet is not None and ("facet" not in d.schema.names or df.empty):
         raise UserError(f"{layout.table('triplets')} has no facet triplets: run the importance stage with "
                         "[importance] facet_signal = section or intent")
     # Spark's row order is not stable between runs: sort, then shuffle with our own seed.
