@@ -217,7 +217,5 @@ def _with_facet_triplets(trip, pairs, ments, papers, tcfg, signal: str, layout: 
         require_table(intents, f"run `python jobs/facets.py intent-label --run {layout.root}` first (facet_signal = intent)")
         fp = with_facet_counts(pairs, facet_counts(ments, "intent", spark.read.parquet(str(intents))))
     n_pairs = fp.select(*[F.sum((F.col(COUNT[f]) > 0).cast("int")).alias(f) for f in FACETS]).first().asDict()
-    for f in FACETS:
-        trip = trip.unionByName(sample_facet_triplets(fp.withColumn("c", F.col(COUNT[f])), papers, tcfg, f,
-                                                      n_candidates=n_cand))
+    trip = trip.unionByName(sample_facet_triplets(fp, papers, tcfg, {f: COUNT[f] for f in FACETS}, n_candidates=n_cand))
     return trip, {f: int(n_pairs[f] or 0) for f in FACETS}

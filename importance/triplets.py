@@ -84,31 +84,39 @@ def _texts_and_references(pairs: DataFrame, papers: DataFrame, cfg: TripletConfi
     return texts, refs
 
 
-def sample_facet_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, facet: str,
+def sample_facet_triplets(pairs: DataFrame, papers: DataFrame, cfg: TripletConfig, facet: str | dict,
                           n_candidates: int | None = None) -> DataFrame:
-    """Algorithm 1 for one facet (METHODS.md §8.2): pairs as for sample_triplets plus `c` (the pair's
-    citing sentences of this facet) and `c_any` (of any facet). Positives: references with c > 0, by
-    (c desc, tie_hash, cited_id). Hard negatives: references cited for another facet only (c = 0 <
-    c_any), least important first (importance asc, tie_hash, cited_id). Step t < K exists while
-    positives last; it is hard when t < H and a hard negative is left, else easy. Same buckets, easy
-    negatives and anchor split as the seed triplets (same seed), and `facet` names the facet."""
+    """Algorithm 1 per facet (METHODS.md §8.2). pairs as for sample_triplets plus `c_any` (the pair's
+    citing sentences of any facet) and a count column per facet: `facet` maps facet names to those
+    columns ({"method": "n_method", ...}: every facet in one pass, one shuffle and one join with the
+    easy-negative buckets), or names one facet whose count is column `c`. Positives: references with
+    c > 0, by (c desc, tie_hash, cited_id). Hard negatives: references cited for another facet only
+    (c = 0 < c_any), least important first (importance asc, tie_hash, cited_id). Step t < K exists
+    while positives last; it is hard when t < H and a hard negative is left, else easy. Same buckets,
+    easy negatives and anchor split as the seed triplets (same seed); `facet` column: the facet."""
+    counts = {facet: "c"} if isinstance(facet, str) else dict(facet)
     texts, refs = _texts_and_references(pairs, papers, cfg)
     K, H = int(cfg.K), int(cfg.H)
     parts = int(refs.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     bucket_of = _bucketer(int(cfg.seed), texts, cfg, n_candidates)
+    # one row per (pair, facet): the facet's count beside the pair's own columns
+    per_facet = F.explode(F.array(*[F.struct(F.lit(f).alias("facet"), F.col(col).alias("c")) for f, col in counts.items()]))
+    refs = refs.select("citing_id", "cited_id", "importance", "tie_hash", "c_any", per_facet.alias("fc")).select(
+        "citing_id", "cited_id", "importance", "tie_hash", "c_any", "fc.facet", "fc.c")
     pos = F.when(F.col("c") > 0, F.struct((-F.col("c")).alias("nc"), "tie_hash", "cited_id"))
     neg = F.when((F.col("c") == 0) & (F.col("c_any") > 0), F.struct("importance", "tie_hash", "cited_id"))
     lists = (refs.select(F.col("citing_id").alias("anchor_id"), bucket_of(F.col("citing_id")).alias("b"),
-                         "cited_id", pos.alias("p"), neg.alias("n"))
-             .repartition(parts, "b").groupBy("b", "anchor_id")
+                         "facet", "cited_id", pos.alias("p"), neg.alias("n"))
+             .repartition(parts, "b").groupBy("b", "anchor_id", "facet")
              .agg(F.collect_list("cited_id").alias("ids"), F.sort_array(F.collect_list("p")).alias("Lp"),
                   F.sort_array(F.collect_list("n")).alias("Ln")))
     h = F.least(F.lit(min(H, K)), F.size("Lp"), F.size("Ln"))
     e = F.least(F.lit(K), F.size("Lp")) - h
-    lists = lists.select("b", "anchor_id", "ids", "Lp", "Ln", h.alias("h"), e.alias("e")).where("h + e > 0")
-    lists = lists.select("b", "anchor_id", "ids", "h", "e", F.slice("Lp.cited_id", 1, F.col("h") + F.col("e")).alias("P"),
+    lists = lists.select("b", "anchor_id", "facet", "ids", "Lp", "Ln", h.alias("h"), e.alias("e")).where("h + e > 0")
+    lists = lists.select("b", "anchor_id", "facet", "ids", "h", "e",
+                         F.slice("Lp.cited_id", 1, F.col("h") + F.col("e")).alias("P"),
                          F.slice("Ln.cited_id", 1, F.col("h")).alias("NH"))
-    return _with_negatives(lists, texts, bucket_of, cfg, need_easy=True, facet=facet)
+    return _with_negatives(lists, texts, bucket_of, cfg, need_easy=True)
 
 
 def _bucketer(seed: int, texts: DataFrame, cfg: TripletConfig, n_candidates: int | None):
@@ -120,8 +128,9 @@ def _bucketer(seed: int, texts: DataFrame, cfg: TripletConfig, n_candidates: int
 def _with_negatives(lists: DataFrame, texts: DataFrame, bucket_of, cfg: TripletConfig, need_easy: bool,
                     facet: str | None = None) -> DataFrame:
     """lists (b, anchor_id, ids: every reference of the anchor, P: its positives in step order,
-    NH: its hard negatives in step order, h, e: hard and easy step counts) -> one row per triplet:
-    step t < h pairs P[t] with NH[t]; the e steps after it pair P[t] with an easy negative."""
+    NH: its hard negatives in step order, h, e: hard and easy step counts[, facet]) -> one row per
+    triplet: step t < h pairs P[t] with NH[t]; the e steps after it pair P[t] with an easy negative.
+    The triplets' facet: the lists' own column, else `facet` (None: the seed's)."""
     seed = int(cfg.seed)
     # candidates: every paper with a title, in buckets of ~bucket_size, each sorted by a seeded hash
     buckets = (texts.select(bucket_of(F.col("paper_id")).alias("b"),
@@ -141,8 +150,9 @@ def _with_negatives(lists: DataFrame, texts: DataFrame, bucket_of, cfg: TripletC
                         F.array_repeat(F.lit("hard"), F.col("h")).alias("kind"))
     easy = F.arrays_zip(F.slice("P", F.col("h") + 1, F.col("e")).alias("pos"), EN.alias("neg"),
                         F.array_repeat(F.lit("easy"), F.col("e")).alias("kind"))
-    trip = lists.select("anchor_id", "P", "NH", F.explode(F.concat(hard, easy)).alias("x")).select(
-        "anchor_id", "P", "NH", F.col("x.pos").alias("positive_id"), F.col("x.neg").alias("negative_id"),
+    facet_col = F.col("facet") if "facet" in lists.columns else F.lit(facet).cast("string").alias("facet")
+    trip = lists.select("anchor_id", facet_col, "P", "NH", F.explode(F.concat(hard, easy)).alias("x")).select(
+        "anchor_id", "facet", "P", "NH", F.col("x.pos").alias("positive_id"), F.col("x.neg").alias("negative_id"),
         F.col("x.kind").alias("negative_kind"))
     # contradictions (a document both a positive and a negative of one anchor) need a repeated cited
     # id in L, i.e. a pairs table with duplicate rows; easy negatives are outside L by construction
@@ -151,4 +161,4 @@ def _with_negatives(lists: DataFrame, texts: DataFrame, bucket_of, cfg: TripletC
     split = F.when(F.pmod(F.xxhash64(F.lit(seed), F.lit("split"), "anchor_id"), F.lit(10_000))
                    < int(round(cfg.val_fraction * 10_000)), F.lit(SPLIT_VAL)).otherwise(F.lit(SPLIT_TRAIN))
     return trip.where(ok).select("anchor_id", "positive_id", "negative_id", "negative_kind", split.alias("split"),
-                                 F.lit(facet).cast("string").alias("facet"))
+                                 "facet")
