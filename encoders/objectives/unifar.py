@@ -175,22 +175,24 @@ class UnifarObjective(Objective):
 
     # -- the loss
     def facet_loss(self, E: torch.Tensor, k: int, facets: torch.Tensor, anchor_ids, positive_ids, negative_ids):
-        """Multi-positive InfoNCE: E is (3k x F x d) for anchors, positives, negatives in batch order."""
-        cand_ids = list(positive_ids) + list(negative_ids)
+        """Multi-positive InfoNCE: E is (3k x F x d) for anchors, positives, negatives in batch order.
+        Row i scores the 2k candidates with its facet f_i; its positives are the batch's positives of the
+        same anchor and facet, and any candidate that is the same paper as one of them."""
+        code: dict = {}
+        anchor = np.array([code.setdefault(a, len(code)) for a in anchor_ids])
+        cand = np.array([code.setdefault(c, len(code)) for c in list(positive_ids) + list(negative_ids)])
+        f = np.asarray(facets, np.int64)
+        pos = np.zeros((k, 2 * k), bool)
+        pos[:, :k] = (anchor[:, None] == anchor[None, :]) & (f[:, None] == f[None, :])
+        same_paper = cand[:, None] == cand[None, :]                              # 2k x 2k
+        pos = (pos.astype(np.int64) @ same_paper.astype(np.int64)) > 0            # a positive's other copies too
+        own = cand[None, :] == anchor[:, None]
         Eu = F.normalize(E, dim=-1)
-        loss = E.new_zeros(())
-        for i in range(k):
-            f = int(facets[i])
-            s = Eu[k:, f] @ Eu[i, f] / TAU                                     # 2k candidates
-            pos = torch.tensor([j < k and anchor_ids[j] == anchor_ids[i] and int(facets[j]) == f
-                                for j in range(2 * k)], device=E.device)
-            own = torch.tensor([c == anchor_ids[i] for c in cand_ids], device=E.device)
-            # a candidate that is the same paper as one of the positives counts as that positive
-            pos_papers = {cand_ids[j] for j in range(2 * k) if pos[j]}
-            pos = pos | torch.tensor([c in pos_papers for c in cand_ids], device=E.device)
-            s = s.masked_fill(own & ~pos, float("-inf"))
-            loss = loss + torch.logsumexp(s, 0) - torch.logsumexp(s.masked_fill(~pos, float("-inf")), 0)
-        return loss / k
+        ft = torch.as_tensor(f, device=E.device)
+        s = torch.einsum("jid,id->ij", Eu[k:][:, ft], Eu[torch.arange(k, device=E.device), ft]) / TAU
+        pos_t, own_t = torch.as_tensor(pos, device=E.device), torch.as_tensor(own, device=E.device)
+        s = s.masked_fill(own_t & ~pos_t, float("-inf"))
+        return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / k
 
     def kl_loss(self, attn, sentence_facets, n_sent) -> torch.Tensor:
         """KL(target || attention) per paper and facet with labelled sentences, mean over them."""
