@@ -29,6 +29,10 @@ class TrainConfig:
     in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")
     unifar_kl: bool = setting(True, "unifar objective: the KL term tying facet attention to the abstract splitter's "
                               "sentence labels (weight 0.3 -> 0.5 over training)")
+    unifar_questions: str = setting("", "unifar objective: a Parquet table of (question_id, question, paper_id) "
+                                    "for the question–document loss (METHODS.md §8.4); empty = off")
+    unifar_qd_weight: float = setting(1.0, "unifar objective: the question–document loss's weight beside the "
+                                      "facet loss (when unifar_questions is set)")
     lr: float = setting(2e-5, "peak AdamW learning rate (after warm-up, then linear decay)")
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     batch_size: int = setting(8, "triplets per micro-batch and process")

@@ -77,6 +77,11 @@ SCHEMAS: dict[str, pa.Schema] = {
     "abstract_facets": pa.schema([
         ("paper_id", pa.string()), ("sentences", pa.list_(pa.string())), ("facets", pa.list_(pa.string())),
     ]),
+    # Questions a paper answers (user input; UniFAR's question–document loss, [train] unifar_questions,
+    # METHODS.md §8.4): one row per (question, relevant paper); a question may have several papers.
+    "questions": pa.schema([
+        ("question_id", pa.string()), ("question", pa.string()), ("paper_id", pa.string()),
+    ]),
     # Citation intent of each distinct citing sentence (encoders.facets.intent label; METHODS.md §8.1).
     "context_intents": pa.schema([
         ("citing_id", pa.string()), ("context", pa.string()), ("intent", pa.string()),

@@ -149,10 +149,11 @@ def batch_error(e: RuntimeError, shape: tuple[int, ...], device: torch.device) -
 
 def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens: int,
                     precision: str, on_batch: Callable[[int, int], None] | None = None,
-                    forward: Callable | None = None, pad_multiple: int = 1) -> torch.Tensor:
+                    forward: Callable | None = None, pad_multiple: int = 1, width: int | None = None) -> torch.Tensor:
     """Pooled float32 vectors (on the encoder's device) for pre-tokenized texts, in input order,
     in token-budget batches sorted by length. `forward`: the call to use (default: eager,
-    see inference_forward). `on_batch(docs, tokens)` runs after each batch (progress)."""
+    see inference_forward), `width` its row width when not the encoder's (views.ViewsForward's).
+    `on_batch(docs, tokens)` runs after each batch (progress)."""
     forward = forward or PooledForward(enc.model, enc.pooling)
     pad_id = enc.tokenizer.pad_token_id or 0
     pin = enc.device.type == "cuda"
@@ -161,13 +162,13 @@ def embed_token_ids(enc, token_ids: list[list[int]], batch_size: int, max_tokens
                for idx in token_budget_batches(lengths, batch_size, max_tokens))
     batches = (b.pin_memory() if pin else b for b in batches)
     with torch.inference_mode(), enc.inference_autocast(precision):
-        return embed_batches(forward, batches, len(token_ids), enc.dim, enc.device, on_batch)
+        return embed_batches(forward, batches, len(token_ids), width or enc.dim, enc.device, on_batch)
 
 
 def embed_texts(enc, texts: list[str], batch_size: int = 128, max_tokens: int = 8192,
-                precision: str = "auto", forward: Callable | None = None) -> np.ndarray:
+                precision: str = "auto", forward: Callable | None = None, width: int | None = None) -> np.ndarray:
     """This system's in-memory embedding path (the benchmark uses it): float32 vectors, input order."""
     enc.model.eval()
     prec = resolve_precision(precision, enc.device)
     return embed_token_ids(enc, token_ids(enc.tokenizer, texts, enc.max_length), batch_size, max_tokens,
-                           prec, forward=forward).cpu().numpy()
+                           prec, forward=forward, width=width).cpu().numpy()

@@ -19,7 +19,11 @@
   facet vectors concatenated and divided by √3 (unit length; its cosine with another paper's is the
   mean of the three facet cosines).
 
-The question–document loss of the paper needs a (question, paper) table; none exists here yet.
+- Question–document loss (off unless [train] unifar_questions names a `questions` table of
+  (question_id, question, paper_id)): each (question, paper) is a train row beside the facet
+  triplets; the question is read as a title alone (so its facet vectors attend over its tokens)
+  and scores the micro-batch's papers by the mean facet cosine, multi-positive InfoNCE (τ TAU),
+  weighted by unifar_qd_weight. Each kind of row's loss is weighted by its share of the micro-batch.
 """
 from __future__ import annotations
 
@@ -110,7 +114,7 @@ class Anchors(torch.nn.Module):
 
 class UnifarObjective(Objective):
     name = "unifar"
-    fields = ("unifar_kl",)
+    fields = ("unifar_kl", "unifar_questions", "unifar_qd_weight")
     score_name = "mean facet cosine"
     input_text = staticmethod(unifar_text)
 
@@ -161,7 +165,7 @@ class UnifarObjective(Objective):
         from encoders.training.facet_table import prepare_facet_tokens
 
         return prepare_facet_tokens(self.name, unifar_items(enc.sep), layout, enc, self.cfg.val_max, self.cfg.seed,
-                                    sample_triplets)
+                                    sample_triplets, questions=self.cfg.unifar_questions)
 
     def open_data(self, folder):
         from encoders.training.facet_table import open_facet_tokens
@@ -194,6 +198,21 @@ class UnifarObjective(Objective):
         s = s.masked_fill(own_t & ~pos_t, float("-inf"))
         return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / k
 
+    def question_loss(self, E: torch.Tensor, k: int, question_ids, positive_ids, negative_ids) -> torch.Tensor:
+        """The question–document loss: E is (3k x F x d) for k question rows' questions, papers and
+        random other papers. Each question scores the 2k papers by the mean facet cosine (the
+        diagonal of the facet similarity matrix, as retrieval does); multi-positive InfoNCE (τ TAU)
+        whose positives are every paper the micro-batch gives that question."""
+        code: dict = {}
+        q = np.array([code.setdefault(x, len(code)) for x in question_ids])
+        cand = np.array([code.setdefault(c, len(code)) for c in list(positive_ids) + list(negative_ids)])
+        pos = np.zeros((k, 2 * k), bool)
+        pos[:, :k] = q[:, None] == q[None, :]
+        pos = (pos.astype(np.int64) @ (cand[:, None] == cand[None, :]).astype(np.int64)) > 0
+        s = self.score_matrix(E[:k], E[k:]) / TAU
+        pos_t = torch.as_tensor(pos, device=E.device)
+        return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / k
+
     def kl_loss(self, attn, sentence_facets, n_sent) -> torch.Tensor:
         """KL(target || attention) per paper and facet with labelled sentences, mean over them."""
         if attn is None or sentence_facets is None:
@@ -218,10 +237,32 @@ class UnifarObjective(Objective):
         inputs = batch.inputs(enc.device)
         E, attn, n_sent = self.facet_vectors(enc, inputs["input_ids"], inputs["attention_mask"])
         facets = torch.as_tensor(batch.facets, dtype=torch.long)
-        loss = self.facet_loss(E, k, facets, batch.anchor_ids, batch.positive_ids, batch.negative_ids)
+        question = facets < 0   # question rows (unifar_questions) have no facet
+        if not bool(question.any()):
+            loss = self.facet_loss(E, k, facets, batch.anchor_ids, batch.positive_ids, batch.negative_ids)
+        else:
+            loss = E.sum() * 0.0   # every facet vector joins the backward pass, whichever rows there are
+            for rows, fn in ((~question, self._doc_rows_loss), (question, self._question_rows_loss)):
+                if bool(rows.any()):
+                    loss = loss + fn(E, k, rows, facets, batch)
         if self.cfg.unifar_kl:
             loss = loss + self.kl_weight * self.kl_loss(attn, batch.sentence_facets, n_sent)
         return loss
+
+    @staticmethod
+    def _select(E, k: int, rows: torch.Tensor, batch):
+        idx = torch.nonzero(rows).flatten()
+        at = torch.cat([idx, idx + k, idx + 2 * k]).to(E.device)
+        pick = lambda ids: [ids[i] for i in idx.tolist()]   # noqa: E731
+        return E[at], len(idx), pick(batch.anchor_ids), pick(batch.positive_ids), pick(batch.negative_ids)
+
+    def _doc_rows_loss(self, E, k, rows, facets, batch) -> torch.Tensor:
+        Es, n, a, p, q = self._select(E, k, rows, batch)
+        return self.facet_loss(Es, n, facets[rows], a, p, q) * n / k
+
+    def _question_rows_loss(self, E, k, rows, facets, batch) -> torch.Tensor:
+        Es, n, a, p, q = self._select(E, k, rows, batch)
+        return self.cfg.unifar_qd_weight * self.question_loss(Es, n, a, p, q) * n / k
 
     # -- scores (mean facet cosine)
     def pair_scores(self, a, b):

@@ -4,9 +4,10 @@ papers' titles and their abstracts split into facets (`abstract_facets`), tokeni
 
     <run>/train_tokens/<kind>-<fingerprint>/
         items.arrow      item_id, input_ids: the items an objective makes of each paper (FLeW: one per
-                         facet it is used for, on facet text; UniFAR: one, title [SEP] sentences)
+                         facet it is used for, on facet text; UniFAR: one, title [SEP] sentences;
+                         with unifar_questions, one per question too, "?q:<question_id>")
         rows.arrow       a, p, n (item rows), split, kind, facet (index into FACETS): train rows, then
-                         the val sample
+                         the val sample; question rows (kind "question", facet -1) are train rows
         labels.arrow     facets (list<int8>) per item: its sentences' facet indices (-1 none)
         meta.json        what the fingerprint covers, the counts, the train data digest
 
@@ -19,13 +20,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sciencemap.contracts import FACETS, SPLIT_TRAIN, SPLIT_VAL
 from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
-from sciencemap.storage import dataset
+from sciencemap.storage import dataset, table_files
 
 LABELS = "labels.arrow"
 
@@ -42,8 +44,9 @@ class FacetItems:
 
 
 def prepare_facet_tokens(objective: str, items: FacetItems, layout: RunLayout, enc, val_max: int, seed: int,
-                         sample_triplets: int = 0) -> tuple[Path, bool]:
-    """Rank 0: the folder of this run's facet items for these settings, built if missing."""
+                         sample_triplets: int = 0, questions: str = "") -> tuple[Path, bool]:
+    """Rank 0: the folder of this run's facet items for these settings, built if missing. `questions`:
+    a `questions` table (UniFAR's question–document loss) whose rows join the train rows."""
     from encoders.training.item_store import files_state, prepare, tokenizer_digest
 
     if sample_triplets:
@@ -52,12 +55,51 @@ def prepare_facet_tokens(objective: str, items: FacetItems, layout: RunLayout, e
     if not facets_table.exists():
         raise UserError(f"{facets_table} is missing: run `python jobs/facets.py splitter-label --run {layout.root}` "
                         f"(the {objective} objective reads abstracts split into facets)")
+    if questions and not table_files(questions):
+        raise UserError(f"unifar_questions = {questions!r}: no Parquet table there (columns question_id, question, paper_id)")
     inputs = {"format": items.format, "triplets": files_state(layout.table("triplets")),
+              **({"questions": files_state(Path(questions))} if questions else {}),
               "papers": files_state(layout.table("papers")), "abstract_facets": files_state(facets_table),
               "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
               "val_max": val_max, "seed": seed}
     return prepare(layout.train_tokens_dir, items.kind, inputs, lambda tmp: build(
-        items, layout, tmp, enc.tokenizer, enc.max_length, val_max, seed))
+        items, layout, tmp, enc.tokenizer, enc.max_length, val_max, seed, Path(questions) if questions else None))
+
+
+QUESTION_ITEM = "?q:"   # item id of a question: this prefix + its question_id (no paper id starts so)
+QUESTION_KIND = "question"
+
+
+def read_questions(path: Path) -> pd.DataFrame:
+    """question_id, question, paper_id of a `questions` table, rows without any of them dropped."""
+    from sciencemap.contracts import SCHEMAS
+
+    names = SCHEMAS["questions"].names
+    t = dataset(path, "give a Parquet table of (question_id, question, paper_id)")
+    missing = [c for c in names if c not in t.schema.names]
+    if missing:
+        raise UserError(f"{path}: the questions table lacks {missing} (needs {names})")
+    return t.to_table(columns=names).to_pandas().dropna().drop_duplicates(["question_id", "paper_id"])
+
+
+def question_rows(qs: pd.DataFrame, row_of: dict, paper_items: list[str], item_id, seed: int) -> pd.DataFrame:
+    """One train row per (question, paper) whose both items exist: anchor = the question, positive = the
+    paper, negative = a seeded random other paper (the loss also uses the micro-batch's other papers)."""
+    from sciencemap.contracts import FACETS
+
+    pos = [item_id(FACETS[0], p) for p in qs.paper_id]
+    q = [QUESTION_ITEM + x for x in qs.question_id]
+    keep = [a in row_of and b in row_of for a, b in zip(q, pos)]
+    rng = np.random.default_rng(seed)
+    neg = []
+    for p, k in zip(pos, keep):
+        n = p
+        while k and n == p and len(paper_items) > 1:
+            n = paper_items[int(rng.integers(len(paper_items)))]
+        neg.append(n)
+    df = pd.DataFrame({"anchor_id": q, "positive_id": pos, "negative_id": neg, "split": SPLIT_TRAIN,
+                       "negative_kind": QUESTION_KIND, "facet": None})
+    return df[keep]
 
 
 def _abstract_facets(layout: RunLayout, wanted: pa.Array) -> dict[str, tuple[list, list]]:
@@ -72,8 +114,9 @@ def _abstract_facets(layout: RunLayout, wanted: pa.Array) -> dict[str, tuple[lis
 
 
 def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_length: int, val_max: int,
-          seed: int) -> dict:
-    """Every facet triplet of the run on the objective's items; returns what meta.json records."""
+          seed: int, questions: Path | None = None) -> dict:
+    """Every facet triplet of the run on the objective's items, and the question rows when `questions`
+    is given; returns what meta.json records."""
     from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
     from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
 
@@ -82,6 +125,10 @@ def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_len
     for col in ("anchor_id", "positive_id", "negative_id"):
         for f, pid in zip(df["facet"], df[col]):
             used.setdefault(pid, set()).add(f)
+    qs = read_questions(questions) if questions is not None else None
+    if qs is not None:   # a question's paper is read like any other (UniFAR: one item a paper, whatever the facet)
+        for pid in qs.paper_id:
+            used.setdefault(pid, set()).add(FACETS[0])
     wanted = pa.array(sorted(used), pa.string())
     split_of = _abstract_facets(layout, wanted)
     labels_of: dict[str, list[int]] = {}
@@ -95,6 +142,10 @@ def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_len
                 for item, text, labels in items.texts(pid, title, s, f, used[pid]):
                     labels_of[item] = labels
                     yield item, text
+        if qs is not None:   # a question is read as a title alone (UniFAR: token attention)
+            for qid, text in qs.drop_duplicates("question_id")[["question_id", "question"]].itertuples(index=False):
+                for item, t, _ in items.texts(QUESTION_ITEM + qid, text, [], [], {FACETS[0]}):
+                    yield item, t
 
     row_of = write_items(folder / ITEMS, texts(), tokenizer, max_length)
     with pa.ipc.new_file(str(folder / LABELS), pa.schema([("facets", pa.list_(pa.int8()))])) as out:
@@ -110,6 +161,11 @@ def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_len
     for name, part in zip((SPLIT_TRAIN, SPLIT_VAL), parts):
         counts[f"{name}_triplets"] = int(len(part))
         counts[f"{name}_by_facet"] = {f: int((part["facet"] == f).sum()) for f in FACETS}
+    if qs is not None:
+        papers = sorted({r for r in row_of if not r.startswith(QUESTION_ITEM)})
+        qrows = question_rows(qs, row_of, papers, items.item_id, seed)
+        counts["question_rows"], counts["question_rows_dropped_no_paper"] = int(len(qrows)), int(len(qs) - len(qrows))
+        parts[0] = pd.concat([parts[0], qrows], ignore_index=True)
     train = parts[0]
     digest = data_digest({"ai": [f"{f}:{a}" for f, a in zip(train["facet"], train["anchor_id"])],
                           "pi": train["positive_id"].tolist(), "ni": train["negative_id"].tolist()})
@@ -119,7 +175,9 @@ def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_len
         "a": rows("anchor_id"), "p": rows("positive_id"), "n": rows("negative_id"),
         "split": pa.array(np.concatenate([p["split"].to_numpy(object) for p in parts]), pa.string()),
         "kind": pa.array(np.concatenate([p["negative_kind"].fillna("").to_numpy(object) for p in parts]), pa.string()),
-        "facet": pa.array(np.concatenate([p["facet"].map(FACETS.index).to_numpy(np.int8) for p in parts]), pa.int8())}))
+        # a question row has no facet: -1
+        "facet": pa.array(np.concatenate([p["facet"].map(lambda f: FACETS.index(f) if f in FACETS else -1).to_numpy(np.int8)
+                                          for p in parts]), pa.int8())}))
     return {"counts": counts, "train_digest": digest, "papers": len(used), "items": len(row_of)}
 
 

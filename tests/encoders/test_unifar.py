@@ -167,3 +167,85 @@ def test_copy_of_parts_is_not_shared():
     enc = copy.copy(load_encoder("minilm", "mean", max_length=32, device="cpu"))
     a, b = UnifarObjective(TrainConfig()).build(enc), UnifarObjective(TrainConfig()).build(enc)
     assert a["anchors"].module.vectors is not b["anchors"].module.vectors
+
+
+def _questions(path, papers, extra=()):
+    """Questions made of the first sentence of six papers' abstracts (two questions for paper 0), plus
+    `extra` (question_id, question, paper_id) rows."""
+    import pyarrow as pa
+
+    from sciencemap.contracts import SCHEMAS
+    from sciencemap.storage import write_table_atomic
+
+    rows = [(f"q{i}", split_sentences([p["abstract"]])[0], p["paper_id"]) for i, p in enumerate(papers[:6])]
+    rows += [("q0b", "What does " + papers[0]["title"] + " show?", papers[0]["paper_id"]), *extra]
+    write_table_atomic(pa.table(dict(zip(SCHEMAS["questions"].names, map(list, zip(*rows)))), schema=SCHEMAS["questions"]),
+                       path)
+    return rows
+
+
+def test_question_document_loss_rows_join_training_and_lower_their_loss(tmp_path, facet_run):
+    from encoders.training.facet_table import QUESTION_ITEM
+
+    layout = facet_run(tmp_path / "r")
+    qpath = tmp_path / "questions"
+    rows = _questions(qpath, facet_run.records, extra=[("q_lost", "A paper we do not have?", "no-such-paper")])
+    torch.manual_seed(0)
+    enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
+    obj = get_objective("unifar")(_cfg(unifar_questions=str(qpath)))
+    obj.set_up(enc)
+    folder, _ = obj.prepare_data(layout, enc)
+    meta = __import__("json").loads((folder / "meta.json").read_text())
+    assert meta["counts"]["question_rows"] == len(rows) - 1 and meta["counts"]["question_rows_dropped_no_paper"] == 1
+    data = obj.open_data(folder)
+    facets = obj._facet_data.row_facets["train"]
+    q_rows = [i for i, f in enumerate(facets) if f < 0]
+    assert len(q_rows) == len(rows) - 1 and len(facets) == 9 + len(q_rows)   # 9 facet triplets + the questions
+    batch = obj.collate(data, enc.tokenizer.pad_token_id, 0)(q_rows[:4] + [0, 1])
+    item = data.store.items.column("item_id").to_pylist()
+    assert all(item[a].startswith(QUESTION_ITEM) for a in batch.anchor_ids[:4]) and batch.facets[:4] == [-1] * 4
+    assert item[batch.anchor_ids[0]] == QUESTION_ITEM + "q0" and item[batch.positive_ids[0]] == facet_run.records[0]["paper_id"]
+    assert data.train["kind"][q_rows].tolist() == ["question"] * len(q_rows)
+
+    off = UnifarObjective(_cfg(unifar_questions=str(qpath), unifar_qd_weight=0.0))
+    off._parts, off._running = obj._parts, {}
+    docs_only = obj.collate(data, enc.tokenizer.pad_token_id, 0)([0, 1])
+    for m in [enc.model] + [p.module for p in obj.parts.values()]:
+        m.eval()
+    with torch.no_grad():
+        # weight 0: only the facet rows' loss, scaled by their share of the micro-batch (2 of 6)
+        assert float(off.batch_loss(enc, batch)) == pytest.approx(float(obj.batch_loss(enc, docs_only)) * 2 / 6, rel=1e-4)
+        assert float(obj.batch_loss(enc, batch)) > float(off.batch_loss(enc, batch))
+
+    only_q = obj.collate(data, enc.tokenizer.pad_token_id, 0)(q_rows)
+
+    def q_loss() -> float:
+        with torch.inference_mode():
+            return float(obj.batch_loss(enc, only_q))
+
+    before = q_loss()
+    params = list(enc.model.parameters()) + [q for p in obj.parts.values() for q in p.module.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    for m in [enc.model] + [p.module for p in obj.parts.values()]:
+        m.train()
+    for _ in range(4):
+        opt.zero_grad()
+        obj.batch_loss(enc, only_q).backward()
+        opt.step()
+    for m in [enc.model] + [p.module for p in obj.parts.values()]:
+        m.eval()
+    assert q_loss() < before
+
+
+def test_question_rows_train_end_to_end_and_change_the_item_store(tmp_path, facet_run):
+    layout = facet_run(tmp_path / "r")
+    qpath = tmp_path / "questions"
+    _questions(qpath, facet_run.records)
+    run_train(_cfg(unifar_questions=str(qpath), max_steps=2, checkpoint_every=0), layout)
+    losses = [r["loss"] for r in read_log(layout.train_log) if r["kind"] == "train"]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    stores = sorted(p.name for p in layout.train_tokens_dir.iterdir())
+    run_train(_cfg(max_steps=2, checkpoint_every=0), facet_run(tmp_path / "plain"))
+    assert len(stores) == 1 and stores != sorted(p.name for p in (tmp_path / "plain" / "train_tokens").iterdir())
+    with pytest.raises(Exception, match="no Parquet table"):
+        run_train(_cfg(unifar_questions=str(tmp_path / "nowhere"), max_steps=2), facet_run(tmp_path / "bad"))
