@@ -118,12 +118,37 @@ def files_hash(*paths: Path) -> str:
 def eval_inputs(out: Path) -> list[Path]:
     """The tables the evaluation sets are read from (build_eval_sets, importance_graded_sets)."""
     return [out / "shared" / "papers", out / "shared" / "references", out / "pubmed" / "papers",
-            *(out / f"h{h}" / t for h in (2, 0) for t in ("triplets", "pairs"))]
+            *(out / f"h{h}" / t for h in (2, 0) for t in ("triplets", "pairs")),
+            *[p for p in [out / "shared" / "context_intents"] if p.exists()]]
+
+
+# Facet objectives (METHODS.md §8): they train on facet triplets ([importance] facet_signal) and abstracts
+# split into facets (abstract_facets), and their models hold a "facets" view. A variant is an objective
+# trained with other settings under a name of its own: UniFAR without its KL term is the ablation
+# the issue asks for, added beside "unifar" unless --no-kl-ablation.
+FACET_OBJECTIVES = ("flew", "unifar")
+VARIANTS = {"unifar_nokl": ("unifar", {"unifar_kl": False})}
+
+
+def base_objective(objective: str) -> str:
+    return VARIANTS[objective][0] if objective in VARIANTS else objective
+
+
+def is_facet_objective(objective: str) -> bool:
+    return base_objective(objective) in FACET_OBJECTIVES
+
+
+def expand_objectives(objectives, kl_ablation: bool = True) -> list[str]:
+    """The objectives as given, with "unifar_nokl" right after "unifar" (the KL ablation)."""
+    out = list(dict.fromkeys(objectives))
+    if kl_ablation and "unifar" in out and "unifar_nokl" not in out:
+        out.insert(out.index("unifar") + 1, "unifar_nokl")
+    return out
 
 
 def trained_on_cosine(objective: str) -> bool:
     """Evaluate under the objective's own score: cosine-trained models on unit vectors."""
-    return get_objective(objective).score_name == "cosine"
+    return "cosine" in get_objective(base_objective(objective)).score_name   # in_batch; unifar: mean facet cosine
 
 
 def say(msg: str) -> None:
@@ -183,13 +208,46 @@ def _mark(marker: Path, obj: dict) -> None:
     write_json_atomic(marker, obj, default=str)
 
 
+def facet_signal(args) -> str:
+    """The importance stage's facet_signal: none unless a facet objective is trained."""
+    return args.facet_signal if any(is_facet_objective(o) for o in args.objectives) else "none"
+
+
+def _importance_signal(marker: Path) -> str | None:
+    if not marker.exists():
+        return None
+    return (json.loads(marker.read_text()).get("summary") or {}).get("config", {}).get("facet_signal", "none")
+
+
+def check_facet_inputs(args) -> None:
+    """The classifiers a facet run needs, asked for before hours of work rather than after."""
+    from sciencemap.runtime import UserError
+
+    if facet_signal(args) == "none":
+        return
+    need = [("--splitter-classifier", args.splitter_classifier, "splitter-train", "../shared/data/csabstruct")]
+    if args.facet_signal == "intent":
+        need.append(("--intent-classifier", args.intent_classifier, "intent-train",
+                     "../shared/data/scibert-text-classification/sci-cite"))
+    for flag, path, cmd, data in need:
+        if not path or not Path(path).is_dir():
+            raise UserError(f"the facet objectives need {flag} DIR (got {path!r}); train one with "
+                            f"`.venv/bin/python jobs/facets.py {cmd} --data {data} --out DIR` (about 25 min on 2 cores)")
+
+
 def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     from importance.ingest.job import IngestConfig, run_ingest
     from importance.job import ImportanceConfig, run_importance
 
     shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
+    signal = facet_signal(args)
+    intents_done = shared.root / "intent_label.json"
     todo = [not _done(shared.root / "ingest.done"), not _done(pubmed.root / "ingest.done")]
-    todo += [not _done(out / f"h{h}" / "importance.done") for h in args.H]
+    # an importance run without the facet triplets a facet objective needs is redone (the seed's triplets
+    # come out the same: the facet ones are sampled beside them)
+    todo += [not _done(out / f"h{h}" / "importance.done")
+             or (signal != "none" and _importance_signal(out / f"h{h}" / "importance.done") != signal) for h in args.H]
+    todo += [signal == "intent" and not intents_done.exists()]
     info = {}
     if not any(todo):
         return info
@@ -210,15 +268,23 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
             s = run_ingest(IngestConfig(inputs=[{"path": str(REPO / "sample" / "pubmed"), "format": "pubmed_csv",
                                                  "source": "pubmed"}]), pubmed, spark=spark)
             _mark(pubmed.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
+        if signal == "intent" and not intents_done.exists():
+            from encoders.facets.intent import label_contexts
+
+            say(f"intent labels of the citing sentences ({args.intent_classifier})")
+            _mark(intents_done, label_contexts(shared.root, args.intent_classifier, device="cpu"))
+            say(f"intent labels: {json.loads(intents_done.read_text())}")
+        tables = ("papers", "references", "mentions") + (("context_intents",) if signal == "intent" else ())
         for h in args.H:
             d = out / f"h{h}"
-            if _done(d / "importance.done"):
+            if _done(d / "importance.done") and (signal == "none" or _importance_signal(d / "importance.done") == signal):
                 continue
-            lay = _link_tables(shared.root, d, ("papers", "references", "mentions"))
+            lay = _link_tables(shared.root, d, tables)
+            (d / "splitter_label.json").unlink(missing_ok=True)   # the abstracts to split follow the triplets
             t = time.time()
-            say(f"importance H={h}")
-            s = run_importance(ImportanceConfig(K=args.K, H=h, margin=args.margin, seed=args.data_seed), lay,
-                               spark=spark)
+            say(f"importance H={h} (facet_signal {signal})")
+            s = run_importance(ImportanceConfig(K=args.K, H=h, margin=args.margin, seed=args.data_seed,
+                                                facet_signal=signal), lay, spark=spark)
             _mark(d / "importance.done", {"seconds": time.time() - t, "summary": s})
             say(f"importance H={h} done in {time.time() - t:.0f}s")
     finally:
@@ -226,16 +292,49 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     return info
 
 
+def split_abstracts(args, out: Path) -> None:
+    """The facet objectives' abstract split (`abstract_facets`) of every triplet paper, per H."""
+    if facet_signal(args) == "none":
+        return
+    from encoders.facets.splitter import label_abstracts
+
+    for h in args.H:
+        marker = out / f"h{h}" / "splitter_label.json"
+        if not marker.exists():
+            say(f"abstract facets H={h} ({args.splitter_classifier})")
+            _mark(marker, label_abstracts(out / f"h{h}", args.splitter_classifier, device="cpu"))
+            say(f"abstract facets H={h}: {json.loads(marker.read_text())}")
+
+
+def _has_facet(path: Path) -> bool:
+    """Whether a triplets table has the facet column (a table written before facets has none)."""
+    import pyarrow.dataset as pads
+
+    return "facet" in pads.dataset(str(path)).schema.names
+
+
+def seed_triplets(out: Path, h: int, columns: list[str]) -> pd.DataFrame:
+    """The run's seed triplets (facet null: the facet triplets are the facet objectives' own)."""
+    path = RunLayout(out / f"h{h}").table("triplets")
+    if not _has_facet(path):
+        return read_table(path, columns=columns).to_pandas()
+    df = read_table(path, columns=columns + ["facet"]).to_pandas()
+    return df[df.facet.isna()].drop(columns="facet")
+
+
 def triplet_stats(out: Path, hs) -> dict:
     res = {}
     for h in hs:
-        df = read_table(RunLayout(out / f"h{h}").table("triplets"),
-                        columns=["anchor_id", "negative_kind", "split"]).to_pandas()
+        df = seed_triplets(out, h, ["anchor_id", "negative_kind", "split"])
+        path = RunLayout(out / f"h{h}").table("triplets")
+        facet = read_table(path, columns=["facet", "split"]).to_pandas().dropna() if _has_facet(path) else pd.DataFrame()
         res[f"H={h}"] = {"triplets": int(len(df)), "train": int((df.split != SPLIT_VAL).sum()),
                          "val": int((df.split == SPLIT_VAL).sum()),
                          "anchors_train": int(df[df.split != SPLIT_VAL].anchor_id.nunique()),
                          "anchors_val": int(df[df.split == SPLIT_VAL].anchor_id.nunique()),
-                         "hard": int((df.negative_kind == "hard").sum())}
+                         "hard": int((df.negative_kind == "hard").sum()),
+                         **({"facet_train": {f: int(n) for f, n in facet[facet.split != SPLIT_VAL].facet.value_counts().items()}}
+                            if len(facet) else {})}
     return res
 
 
@@ -275,15 +374,16 @@ def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") 
 
     name = model_name(h, seed, objective)
     d = model_dir(args, out, h, seed, objective)
-    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets"))
+    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets") + (("abstract_facets",) if is_facet_objective(objective) else ()))
     if not _done(d / "train.done"):
         say(f"train {name} ({args.steps} steps, lr {args.lr:g}, objective {objective}, margin {args.margin:g}, "
             f"in-batch scale {args.in_batch_scale:g})")
         t = time.time()
-        cfg = TrainConfig(model=args.model, objective=objective, max_steps=args.steps, batch_size=args.batch_size,
+        cfg = TrainConfig(model=args.model, objective=base_objective(objective), max_steps=args.steps, batch_size=args.batch_size,
                           grad_accum=1, lr=args.lr, margin=args.margin, in_batch_scale=args.in_batch_scale,
                           max_length=args.max_length, seed=seed,
-                          val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu")
+                          val_max=args.val_max, checkpoint_every=0, log_every=10, device="cpu",
+                          **(VARIANTS[objective][1] if objective in VARIANTS else {}))
         s = run_train(cfg, lay)
         _mark(d / "train.done", {"seconds": time.time() - t, "summary": s})
         say(f"train {name} done in {time.time() - t:.0f}s")
@@ -314,7 +414,7 @@ def build_eval_sets(args, out: Path) -> dict:
     # Held-out anchors: val-split anchors of both triplet sets (the split is by anchor hash).
     val = None
     for h in [x for x in (2, 0) if (out / f"h{x}").is_dir()]:
-        t = read_table(RunLayout(out / f"h{h}").table("triplets"), columns=["anchor_id", "split"]).to_pandas()
+        t = seed_triplets(out, h, ["anchor_id", "split"])
         a = set(t.anchor_id[t.split == SPLIT_VAL])
         train_a = set(t.anchor_id[t.split != SPLIT_VAL])
         assert not (a & train_a), "an anchor is in both splits"
@@ -350,7 +450,14 @@ def build_eval_sets(args, out: Path) -> dict:
         qrels = {k: qrels[k] for k in keys}
         write_qrels(out / f"qrels-{variant}.txt", qrels)
         qrels_sets[variant] = qrels
+        if variant == "cite":
+            cite_pools = pools
     graded, graded_eligible = importance_graded_sets(args, out, val, text_ids)
+    facet_sets, facet_eligible = {}, {}
+    if facet_signal(args) != "none":
+        facet_sets, facet_eligible = facet_qrels(args, out, val, text_ids, src, cite_pools)
+        for f, q in facet_sets.items():
+            write_qrels(out / f"qrels-facet-{f}.txt", q)
     el = papers[(papers.source == "elife") & papers.has_fulltext].copy()
     el["label"] = el.fields.map(lambda f: f[0] if f is not None and len(f) else None)
     el = el.dropna(subset=["label"])
@@ -361,7 +468,7 @@ def build_eval_sets(args, out: Path) -> dict:
     pm = pm[pm.mesh.map(lambda m: m is not None and len(m) > 0)
             & np.array([_has_text(t, a) for t, a in zip(pm.title, pm.abstract)], bool)].reset_index(drop=True)
     need = set(el.paper_id)
-    for qrels in [*qrels_sets.values(), graded]:
+    for qrels in [*qrels_sets.values(), graded, *facet_sets.values()]:
         for q, c in qrels.items():
             need.add(q)
             need.update(c)
@@ -369,7 +476,68 @@ def build_eval_sets(args, out: Path) -> dict:
     texts = pd.concat([texts, pm[["paper_id", "title", "abstract"]]]).drop_duplicates("paper_id")
     return {"qrels": qrels_sets, "elife": el[["paper_id", "label"]].reset_index(drop=True), "pubmed": pm,
             "texts": texts.reset_index(drop=True), "val_anchors": len(val),
-            "eligible": {**eligible, "graded": graded_eligible}, "graded": graded}
+            "eligible": {**eligible, "graded": graded_eligible, **{f"facet-{f}": n for f, n in facet_eligible.items()}},
+            "graded": graded, "facets": facet_sets}
+
+
+def facet_counts_of(args, out: Path, anchors: set) -> pd.DataFrame:
+    """citing_id, cited_id and the number of citing sentences per facet, for the anchors' pairs, by
+    the run's facet signal (importance.facets, here in pandas for a few hundred anchors): section
+    classes as the proxy (I -> background, M -> method, R/D -> result) or the intent labels."""
+    from sciencemap.contracts import FACETS
+
+    lay = RunLayout(out / ("h2" if (out / "h2").is_dir() else f"h{args.H[0]}"))
+    anchors = sorted(anchors)
+    if args.facet_signal == "section":
+        p = read_table(lay.table("pairs"), columns=["citing_id", "cited_id", "f_I", "f_M", "f_R", "f_D"]).to_pandas()
+        p = p[p.citing_id.isin(anchors)]
+        return pd.DataFrame({"citing_id": p.citing_id, "cited_id": p.cited_id, "background": p.f_I,
+                             "method": p.f_M, "result": p.f_R + p.f_D})
+    import pyarrow.dataset as pads
+
+    m = pads.dataset(str(lay.table("mentions"))).to_table(
+        columns=["citing_id", "cited_id", "context"], filter=pads.field("citing_id").isin(anchors)).to_pandas()
+    lab = pads.dataset(str(lay.table("context_intents"))).to_table(
+        columns=["citing_id", "context", "intent"], filter=pads.field("citing_id").isin(anchors)).to_pandas()
+    m = m.dropna(subset=["cited_id"]).merge(lab.drop_duplicates(["citing_id", "context"]),
+                                            on=["citing_id", "context"], how="left")
+    m["intent"] = m.intent.fillna("none")   # a pair cited in unlabelled sentences only stays, for no facet
+    c = pd.crosstab([m.citing_id, m.cited_id], m.intent).reindex(columns=list(FACETS), fill_value=0)
+    return c.reset_index()
+
+
+def facet_qrels(args, out: Path, val: set, text_ids: set, src: dict, pools: dict) -> tuple[dict, dict]:
+    """Facet-level citation retrieval (METHODS.md §8.5): per facet f, each held-out anchor with a cited
+    paper (with text) cited for f ranks all its cited papers that have text (relevant: cited for f,
+    i.e. ≥1 citing sentence of facet f; the others are cited for other facets only, or in sentences of
+    no facet) plus up to --n-neg random uncited papers from the cite task's pool of its source.
+    {facet: qrels}, {facet: eligible anchors}; a seeded sample of at most --max-queries per facet."""
+    from sciencemap.contracts import FACETS
+
+    counts = facet_counts_of(args, out, val)
+    counts = counts[counts.cited_id.isin(text_ids) & counts.citing_id.isin(text_ids)
+                    & (counts.citing_id != counts.cited_id)]
+    rng = np.random.default_rng(args.eval_seed + 2)   # a stream of its own: the other sets stay as they were
+    sets, eligible = {}, {}
+    by_anchor = {q: g for q, g in counts.groupby("citing_id")}
+    for f in FACETS:
+        qrels = {}
+        for q in sorted(by_anchor):
+            g = by_anchor[q]
+            rel = set(g.cited_id[g[f] > 0])
+            if not rel:
+                continue
+            cited = set(g.cited_id)
+            pool = pools.get(src.get(q), np.array([], dtype=object))
+            cand = pool[~np.isin(pool, list(cited | {q}))]
+            neg = rng.choice(cand, size=min(args.n_neg, len(cand)), replace=False) if len(cand) else []
+            qrels[q] = {**{p: int(p in rel) for p in sorted(cited)}, **{p: 0 for p in neg}}
+        keys = sorted(qrels)
+        eligible[f] = len(keys)
+        if len(keys) > args.max_queries:
+            keys = sorted(rng.choice(keys, args.max_queries, replace=False).tolist())
+        sets[f] = {k: qrels[k] for k in keys}
+    return sets, eligible
 
 
 def importance_graded_sets(args, out: Path, val: set, text_ids: set) -> tuple[dict, int]:
@@ -453,29 +621,102 @@ def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> tuple[dict, 
     return res, False
 
 
-def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with=None) -> dict:
+def embed_eval_texts(args, spec, texts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """The model's main vectors of the texts and, for a model with a "facets" view (flew, unifar), its
+    facet vectors (n x 3 x dim), from one forward in the embed stage's own way (ViewsForward: the
+    objective's input text and main vector; FLeW's main vector at its default, equal weights)."""
+    from encoders.embed import embed_texts
+    from encoders.embed.views import ViewsForward, main_dim, objective_views, split, width
+    from encoders.model import load_encoder
+
+    enc = load_encoder(str(spec), None, args.max_length, "cpu")
+    objective, specs = objective_views(enc)
+    if "facets" not in specs:
+        return embed_texts(enc, enc.texts(texts.title, texts.abstract), batch_size=64, precision="float32"), None
+    docs = [objective.input_text(t, a, enc.sep) for t, a in zip(texts.title, texts.abstract)]
+    dim = main_dim(enc, objective)
+    rows = embed_texts(enc, docs, batch_size=64, precision="float32", forward=ViewsForward(enc, objective, specs),
+                       width=width(dim, specs))
+    main, views = split(rows, dim, specs)
+    return main, views["facets"]
+
+
+def facet_retrieval(sets: dict, idx: dict, emb: dict, facets: np.ndarray | None) -> dict:
+    """(e) facet-level citation retrieval: each facet's queries ranked by that facet's vectors where the
+    model has them (FLeW's facet encoders, UniFAR's facet views), else by its main vector; the means
+    over the facets as facet_map / facet_ndcg."""
+    from mapping.evaluation.scidocs import evaluate_ranking
+    from sciencemap.contracts import FACETS
+
+    res = {}
+    for f, qrels in sets.items():
+        e = emb if facets is None else {p: facets[i, FACETS.index(f)] for p, i in idx.items()}
+        r = evaluate_ranking(qrels, e)
+        res[f"facet_{f}_map"], res[f"facet_{f}_ndcg"], res[f"facet_{f}_queries"] = r["map"], r["ndcg"], r["queries"]
+    if sets:
+        res["facet_map"] = float(np.mean([res[f"facet_{f}_map"] for f in sets]))
+        res["facet_ndcg"] = float(np.mean([res[f"facet_{f}_ndcg"] for f in sets]))
+    return res
+
+
+def anchor_half(q: str) -> int:
+    """0 or 1 by a hash of the anchor id: the halves FLeW's weights are picked on (0) and reported on (1)."""
+    return hashlib.sha256(q.encode()).digest()[0] & 1
+
+
+def flew_weight_search(qrels: dict, idx: dict, facets: np.ndarray, step: float = 0.1) -> dict:
+    """FLeW's weights on the simplex (encoders.facets.weights.search, Σ_f w_f cos_f), picked by cite MAP on
+    half of the held-out cite queries and reported on the other half beside equal weights."""
+    from encoders.facets.weights import mean_ap, search
+
+    V = facets / np.maximum(np.linalg.norm(facets, axis=2, keepdims=True), 1e-12)
+
+    def task(half: int):
+        qs = [q for q in sorted(qrels) if anchor_half(q) == half and q in idx]
+        cands = sorted({c for q in qs for c in qrels[q] if c in idx})
+        col = {c: j for j, c in enumerate(cands)}
+        cos = np.einsum("afd,cfd->acf", V[[idx[q] for q in qs]], V[[idx[c] for c in cands]])
+        relevant, mask = np.zeros(cos.shape[:2], bool), np.zeros(cos.shape[:2], bool)
+        for i, q in enumerate(qs):
+            for c, r in qrels[q].items():
+                if c in col and c != q:
+                    mask[i, col[c]], relevant[i, col[c]] = True, r > 0
+        return cos, relevant, mask, len(qs)
+
+    pick, report_on = task(0), task(1)
+    best = search(*pick[:3], step=step)[0]
+    equal = [1 / V.shape[1]] * V.shape[1]
+    return {"weights": best["weights"], "pick_map": best["map"], "pick_queries": pick[3],
+            "report_queries": report_on[3], "report_map": mean_ap(*report_on[:3], best["weights"]),
+            "report_map_equal": mean_ap(*report_on[:3], equal)}
+
+
+def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with=None,
+                   objective: str | None = None) -> dict:
     """Metrics (a)-(d) of one encoder; (c) is its 20-NN graph's curve ("mesh_sweep") and, when
     `hybrid_with` (the PubMed BM25 graph) is given, the hybrid's ("mesh_hybrid_sweep")."""
     import torch
 
-    from encoders.embed import embed_texts
-    from encoders.model import load_encoder
     from mapping.evaluation.scidocs import evaluate_graded, evaluate_ranking, svm_macro_f1
 
     torch.set_num_threads(args.threads)
-    enc = load_encoder(str(spec), None, args.max_length, "cpu")
     texts = ev["texts"]
     t = time.time()
-    X = embed_texts(enc, enc.texts(texts.title, texts.abstract), batch_size=64, precision="float32")
+    X, facets = embed_eval_texts(args, spec, texts)
     emb_s = time.time() - t
     if cosine:  # the model's own score: L2 on unit vectors ranks as cosine
         X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        if facets is not None:
+            facets = facets / np.maximum(np.linalg.norm(facets, axis=2, keepdims=True), 1e-12)
     idx = {p: i for i, p in enumerate(texts.paper_id)}
     emb = {p: X[i] for p, i in idx.items()}
     res = {"embed_s": round(emb_s, 1), "texts": len(texts)}
     for variant, qrels in ev["qrels"].items():
         r = evaluate_ranking(qrels, emb)
         res[f"{variant}_map"], res[f"{variant}_ndcg"], res[f"{variant}_queries"] = r["map"], r["ndcg"], r["queries"]
+    res.update(facet_retrieval(ev.get("facets") or {}, idx, emb, facets))
+    if facets is not None and base_objective(objective or "") == "flew":
+        res["flew_weights"] = flew_weight_search(ev["qrels"]["cite"], idx, facets)
     g = evaluate_graded(ev["graded"], emb)
     res["imp_rho"], res["imp_ndcg"], res["imp_queries"] = g["rho"], g["ndcg"], g["queries"]
     el = ev["elife"]
@@ -506,11 +747,12 @@ def mesh_vectors(pm: pd.DataFrame):
 BASE_METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_map", "cite-ft MAP"),
                 ("cite-ft_ndcg", "cite-ft nDCG"), ("cls_f1", "eLife subj. macro-F1"),
                 ("imp_rho", "importance ρ"), ("imp_ndcg", "importance nDCG")]
+FACET_METRICS = [("facet_map", "facet MAP"), ("facet_ndcg", "facet nDCG")]
 
 
 def metrics(args) -> list[tuple[str, str]]:
-    return BASE_METRICS + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] \
-        + [("mesh_rel_acc", "MeSH rel. acc.")]
+    return BASE_METRICS + (FACET_METRICS if facet_signal(args) != "none" else []) \
+        + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] + [("mesh_rel_acc", "MeSH rel. acc.")]
 
 
 def hybrid_name(name: str) -> str:
@@ -591,7 +833,14 @@ def _cell(vals: list[float]) -> str:
 def objectives_note(args) -> str:
     notes = {"triplet": f"triplet (margin {args.margin}, raw L2)",
              "in_batch": f"in_batch (in-batch negatives, cosine × {args.in_batch_scale:g}, "
-                         f"{2 * args.batch_size} candidates per anchor)"}
+                         f"{2 * args.batch_size} candidates per anchor)",
+             "flew": f"flew (three facet encoders, triplet margin {args.margin}, raw L2, on the facet triplets and "
+                     "facet text; the same steps × batch as the others, spread over the three encoders, so each "
+                     "sees about a third of the triplets while the model holds three times the parameters and "
+                     "optimizer state: a threefold budget in memory, not in steps)",
+             "unifar": "unifar (facet anchors + attention over sentences, facet InfoNCE τ 0.08 + KL λ 0.3→0.5, "
+                       "cosine, on the facet triplets)",
+             "unifar_nokl": "unifar_nokl (the same without the KL term)"}
     return ", ".join(notes.get(o, o) for o in args.objectives)
 
 
@@ -641,6 +890,10 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
         contrasts += [(f"H={h}: {obj} − triplet", [(model_name(h, s, obj), model_name(h, s, "triplet"))
                                                    for s in args.seeds])
                       for h in sorted(args.H) for obj in args.objectives if obj != "triplet"]
+    if {"unifar", "unifar_nokl"} <= set(args.objectives):
+        contrasts += [(f"H={h}: unifar − unifar_nokl (the KL term)", [(model_name(h, s, "unifar"),
+                                                                      model_name(h, s, "unifar_nokl")) for s in args.seeds])
+                      for h in sorted(args.H)]
     for label, pairs in contrasts:
         pairs = [(x, y) for x, y in pairs if x in entries and y in entries]
         if not pairs:
@@ -660,7 +913,9 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               f"max_length {args.max_length}, mean pooling, start {args.model}; train seeds {args.seeds}; "
               f"triplets K={args.K}, seed {args.data_seed}.",
               "Triplets: " + "; ".join(f"{k}: {v['train']} train / {v['val']} val, anchors {v['anchors_train']} train / "
-                                        f"{v['anchors_val']} val, {v['hard']} hard" for k, v in ts.items()) + ".",
+                                        f"{v['anchors_val']} val, {v['hard']} hard"
+                                        + (", facet triplets (train) " + ", ".join(f"{f} {n}" for f, n in sorted(v["facet_train"].items()))
+                                           if v.get("facet_train") else "") for k, v in ts.items()) + ".",
               f"(a) cite: {q['cite']} held-out anchors (val split, never trained on; a seeded sample of at most "
               f"{args.max_queries} of the {data.get('cite_eligible', {}).get('cite')} with ≥1 cited paper that has text); "
               f"candidates = ≤{args.max_rel} cited (relevant) + ≤{args.n_neg} random uncited papers cited elsewhere in the same source; "
@@ -689,6 +944,8 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               "gives on these inputs.",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
+    if facet_signal(args) != "none":
+        lines += facet_report(args, data, groups, entries)
     if curves:
         lines += ["", f"### (c) per graph (seed paper Fig. 6 style; ± = sample std over Leiden seeds {list(args.leiden_seeds)})", "",
                   "| graph | MeSH rel. acc. | " + " | ".join(f"A@G={g:g}" for g in args.granularities)
@@ -709,6 +966,42 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
     return "\n".join(lines) + "\n"
 
 
+def facet_report(args, data: dict, groups: dict, entries: dict) -> list[str]:
+    """(e) per facet, and FLeW's weights picked on one half of the cite queries, reported on the other."""
+    from sciencemap.contracts import FACETS
+
+    el = data.get("cite_eligible", {})
+    lines = ["", f"### (e) facet-level citation retrieval (facet signal: {args.facet_signal})", "",
+             "Per facet f: held-out anchors with ≥1 cited paper (with text) cited in a sentence of facet f "
+             f"({args.facet_signal}: " + ("the intent classifier's label" if args.facet_signal == "intent" else
+                                          "section class I → background, M → method, R/D → result") +
+             f"); candidates: all the anchor's cited papers with text (relevant: cited for f) + ≤{args.n_neg} "
+             "random uncited papers of its source; ranked by the model's facet-f vector (FLeW: the facet-f "
+             "encoder; UniFAR: facet view f) or, for a model without facets, its main vector. Queries per facet "
+             "(eligible): " + ", ".join(f"{f} {el.get(f'facet-{f}')}" for f in FACETS) + f", at most {args.max_queries}.",
+             "", "| model | " + " | ".join(f"{f} MAP | {f} nDCG" for f in FACETS) + " |",
+             "|---|" + "---|---|" * len(FACETS)]
+    for g, names in groups.items():
+        got = [entries[n] for n in names if n in entries and "facet_map" in entries[n]]
+        if got:
+            lines.append(f"| {g} | " + " | ".join(_cell([e.get(f"facet_{f}_{m}") for e in got])
+                                                  for f in FACETS for m in ("map", "ndcg")) + " |")
+    flew = [(s, entries[n]["flew_weights"]) for h in sorted(args.H) for s in args.seeds
+            for n in [model_name(h, s, "flew")] if n in entries and "flew_weights" in entries[n]]
+    if flew:
+        lines += ["", "FLeW's weights (background, method, result) searched on the simplex (step 0.1, ranking by "
+                  "Σ w_f cos_f) by cite MAP on half of the held-out cite queries (by anchor hash), reported on "
+                  "the other half beside equal weights:", "",
+                  "| seed | weights | MAP, picking half | MAP, other half | MAP, other half, equal weights | queries |",
+                  "|---|---|---|---|---|---|"]
+        for s, w in flew:
+            lines.append(f"| {s} | {', '.join(f'{x:g}' for x in w['weights'])} | {w['pick_map']:.4f} | "
+                         f"{w['report_map']:.4f} | {w['report_map_equal']:.4f} | {w['pick_queries']} / {w['report_queries']} |")
+        d = [w["report_map"] - w["report_map_equal"] for _, w in flew]
+        lines.append(f"| picked − equal | | | {_cell(d)} | | |")
+    return lines
+
+
 def _grange(scores: dict) -> str:
     r = next((d["g_range"] for d in scores.values() if d.get("g_range")), None)
     return f"[{r[0]:.1f}, {r[1]:.1f}]" if r else "(none)"
@@ -727,8 +1020,14 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=DEFAULT_LR)
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
-    ap.add_argument("--objectives", nargs="+", default=["triplet"], choices=OBJECTIVES,
+    ap.add_argument("--objectives", nargs="+", default=["triplet"], choices=[*OBJECTIVES, *VARIANTS],
                     help="training objectives, each trained for every (H, seed)")
+    ap.add_argument("--no-kl-ablation", dest="kl_ablation", action="store_false",
+                    help="with unifar: do not also train unifar_nokl (UniFAR without its KL term)")
+    ap.add_argument("--facet-signal", default="intent", choices=["intent", "section"],
+                    help="facet objectives: the facet triplets' and facet task's signal (importance facet_signal)")
+    ap.add_argument("--intent-classifier", help="facet signal intent: a classifier from jobs/facets.py intent-train")
+    ap.add_argument("--splitter-classifier", help="facet objectives: a classifier from jobs/facets.py splitter-train")
     ap.add_argument("--in-batch-scale", type=float, default=DEFAULT_SCALE)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--val-max", type=int, default=32)
@@ -749,6 +1048,8 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true",
                     help="train and evaluate nothing new: rebuild the results file from the finished models")
     args = ap.parse_args()
+    args.objectives = expand_objectives(args.objectives, args.kl_ablation)
+    check_facet_inputs(args)
     os.chdir(REPO)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -756,6 +1057,7 @@ def main() -> None:
             "load_start": [round(x, 2) for x in os.getloadavg()]}
     elife, scisumm = prepare_data(args, out)
     ingest_and_importance(args, out, elife, scisumm)
+    split_abstracts(args, out)
     data["triplets"] = triplet_stats(out, args.H)
     say(f"triplets: {data['triplets']}")
     ev = build_eval_sets(args, out)
@@ -775,7 +1077,9 @@ def main() -> None:
     # (c) as curves (issue 16): a key of its own, so entries of the old γ-grid evaluation are never mixed in.
     ekey = hashlib.sha256(json.dumps([args.max_queries, args.max_rel, args.n_neg, args.eval_seed, args.max_length,
                                       "graded", args.min_graded, "curves-v1", MESH_K, HYBRID_W, args.g_range,
-                                      args.curve_points, args.leiden_seeds]).encode()).hexdigest()[:12]
+                                      args.curve_points, args.leiden_seeds]
+                                     + ([f"facets-v1:{facet_signal(args)}"] if facet_signal(args) != "none" else [])
+                                     ).encode()).hexdigest()[:12]
     ekey += f"|code:{code_hash(EVAL_CODE)}|data:{files_hash(*eval_inputs(out))}"
     t = time.time()
     baselines, baselines_cached = baseline_curves(args, out, ev["pubmed"], mv, crit)
@@ -803,7 +1107,7 @@ def main() -> None:
             if h == 2 and bm25 is None:
                 bm25 = bm25_pubmed(ev["pubmed"])
             per_model[name] = evaluate_model(args, spec, ev, crit, cosine=objective is not None and trained_on_cosine(objective),
-                                             hybrid_with=bm25 if h == 2 else None)
+                                             hybrid_with=bm25 if h == 2 else None, objective=objective)
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
             _mark(cache, cached)

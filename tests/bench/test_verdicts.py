@@ -125,3 +125,40 @@ def test_the_table_marks_the_rows_read_from_the_cache(quality, tmp_path):
     assert rows["H=2 (importance-aware)"] == ["2", "1"]
     assert rows["H=2 − H=0 (paired by seed)"] == ["2", "1"]
     assert "'cached': how many of the row's models" in md
+
+
+def test_unifar_brings_its_kl_ablation_and_variants_train_their_base_objective(quality):
+    assert quality.expand_objectives(["triplet", "unifar", "flew"]) == ["triplet", "unifar", "unifar_nokl", "flew"]
+    assert quality.expand_objectives(["unifar"], kl_ablation=False) == ["unifar"]
+    assert quality.expand_objectives(["triplet", "flew"]) == ["triplet", "flew"]
+    assert quality.base_objective("unifar_nokl") == "unifar" and quality.is_facet_objective("unifar_nokl")
+    assert not quality.is_facet_objective("triplet")
+    assert quality.trained_on_cosine("unifar_nokl") and not quality.trained_on_cosine("flew")
+
+
+def test_flew_weights_are_picked_on_one_half_and_reported_on_the_other(quality):
+    """Only the method facet's vectors tell a query's cited papers from the rest: the search must put
+    the most weight on it, and on the other half those weights must beat equal ones."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n_q, per_q, dim = 60, 12, 16
+    ids, vecs, qrels = [], [], {}
+    for i in range(n_q):
+        q = f"q{i}"
+        centre = rng.normal(size=dim)
+        ids.append(q)
+        vecs.append(np.stack([rng.normal(size=dim), centre, rng.normal(size=dim)]))
+        qrels[q] = {}
+        for j in range(per_q):
+            c, rel = f"{q}c{j}", j < 3
+            method = centre + 2.0 * rng.normal(size=dim) if rel else rng.normal(size=dim)
+            ids.append(c)
+            vecs.append(np.stack([rng.normal(size=dim), method, rng.normal(size=dim)]))
+            qrels[q][c] = int(rel)
+    idx = {p: i for i, p in enumerate(ids)}
+    res = quality.flew_weight_search(qrels, idx, np.stack(vecs))
+    assert res["pick_queries"] + res["report_queries"] == n_q and min(res["pick_queries"], res["report_queries"]) > 15
+    w = res["weights"]
+    assert w[1] == max(w) and w[1] >= 0.6 and abs(sum(w) - 1) < 1e-9
+    assert res["report_map"] > res["report_map_equal"] + 0.05
