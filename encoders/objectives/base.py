@@ -165,6 +165,18 @@ class Objective:
         return prepare_tokens(layout, enc.path, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max,
                               self.cfg.seed, sample_triplets, text_of=self.input_text)
 
+    def budget_inputs(self, layout: "RunLayout") -> dict:
+        """What a budget plan depends on beyond the run's triplets and the tokenizer (its key)."""
+        return {}
+
+    def budget_probe(self, layout: "RunLayout", enc: "Encoder", folder, sample_triplets: int) -> dict:
+        """Write a budget's probe into `folder` (encoders.training.budget): a seeded sample of whole
+        anchors' train rows, tokenized as `prepare_data` would; returns what its meta.json adds."""
+        from encoders.training import triplet_table
+
+        return triplet_table.build(layout, folder, enc.tokenizer, enc.max_length, enc.sep, self.cfg.val_max,
+                                   self.cfg.seed, sample_triplets=sample_triplets, text_of=self.input_text)
+
     def open_data(self, folder):
         """Every rank: the built folder, memory-mapped."""
         from encoders.training.triplet_table import open_tokens

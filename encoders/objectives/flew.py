@@ -84,6 +84,16 @@ class FlewObjective(TripletObjective):
         return prepare_facet_tokens(self.name, facet_items(enc.sep), layout, enc, self.cfg.val_max, self.cfg.seed,
                                     sample_triplets)
 
+    def budget_inputs(self, layout) -> dict:
+        from encoders.training.facet_table import facet_inputs
+
+        return facet_inputs(self.name, layout)
+
+    def budget_probe(self, layout, enc, folder, sample_triplets: int) -> dict:
+        from encoders.training.facet_table import build_probe
+
+        return build_probe(facet_items(enc.sep), layout, enc, folder, self.cfg.val_max, self.cfg.seed, sample_triplets)
+
     def open_data(self, folder):
         from encoders.training.facet_table import open_facet_tokens
 

@@ -167,6 +167,16 @@ class UnifarObjective(Objective):
         return prepare_facet_tokens(self.name, unifar_items(enc.sep), layout, enc, self.cfg.val_max, self.cfg.seed,
                                     sample_triplets, questions=self.cfg.unifar_questions)
 
+    def budget_inputs(self, layout) -> dict:
+        from encoders.training.facet_table import facet_inputs
+
+        return facet_inputs(self.name, layout, self.cfg.unifar_questions)
+
+    def budget_probe(self, layout, enc, folder, sample_triplets: int) -> dict:
+        from encoders.training.facet_table import build_probe
+
+        return build_probe(unifar_items(enc.sep), layout, enc, folder, self.cfg.val_max, self.cfg.seed, sample_triplets, self.cfg.unifar_questions)
+
     def open_data(self, folder):
         from encoders.training.facet_table import open_facet_tokens
 

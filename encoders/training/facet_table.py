@@ -46,24 +46,41 @@ class FacetItems:
 def prepare_facet_tokens(objective: str, items: FacetItems, layout: RunLayout, enc, val_max: int, seed: int,
                          sample_triplets: int = 0, questions: str = "") -> tuple[Path, bool]:
     """Rank 0: the folder of this run's facet items for these settings, built if missing. `questions`:
-    a `questions` table (UniFAR's question–document loss) whose rows join the train rows."""
-    from encoders.training.item_store import files_state, prepare, tokenizer_digest
+    a `questions` table (UniFAR's question–document loss) whose rows join the train rows;
+    sample_triplets > 0: a budget's seeded sample of whole anchors (build)."""
+    from encoders.training.item_store import prepare
 
-    if sample_triplets:
-        raise UserError(f"the {objective} objective has no token or time budget yet: set max_tokens = 0 and max_hours = 0")
+    from encoders.training.item_store import tokenizer_digest
+
+    inputs = {**facet_inputs(objective, layout, questions), "format": items.format,
+              "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
+              "val_max": val_max, "seed": seed}
+    if sample_triplets:   # absent without a sample: the stores of runs without a budget stay valid
+        inputs["sample_triplets"] = sample_triplets
+    return prepare(layout.train_tokens_dir, items.kind, inputs, lambda tmp: build(
+        items, layout, tmp, enc.tokenizer, enc.max_length, val_max, seed, Path(questions) if questions else None,
+        sample_triplets))
+
+
+def build_probe(items: FacetItems, layout: RunLayout, enc, folder: Path, val_max: int, seed: int,
+                sample_triplets: int, questions: str = "") -> dict:
+    """A budget's probe (encoders.training.budget): `build` on a sample, into `folder`."""
+    return build(items, layout, folder, enc.tokenizer, enc.max_length, val_max, seed,
+                 Path(questions) if questions else None, sample_triplets)
+
+
+def facet_inputs(objective: str, layout: RunLayout, questions: str = "") -> dict:
+    """The tables a facet store is made of, by their files (a table rewritten: another store, another plan)."""
+    from encoders.training.item_store import files_state
+
     facets_table = layout.table("abstract_facets")
     if not facets_table.exists():
         raise UserError(f"{facets_table} is missing: run `python jobs/facets.py splitter-label --run {layout.root}` "
                         f"(the {objective} objective reads abstracts split into facets)")
     if questions and not table_files(questions):
         raise UserError(f"unifar_questions = {questions!r}: no Parquet table there (columns question_id, question, paper_id)")
-    inputs = {"format": items.format, "triplets": files_state(layout.table("triplets")),
-              **({"questions": files_state(Path(questions))} if questions else {}),
-              "papers": files_state(layout.table("papers")), "abstract_facets": files_state(facets_table),
-              "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
-              "val_max": val_max, "seed": seed}
-    return prepare(layout.train_tokens_dir, items.kind, inputs, lambda tmp: build(
-        items, layout, tmp, enc.tokenizer, enc.max_length, val_max, seed, Path(questions) if questions else None))
+    return {"triplets": files_state(layout.table("triplets")), "papers": files_state(layout.table("papers")),
+            "abstract_facets": files_state(facets_table), **({"questions": files_state(Path(questions))} if questions else {})}
 
 
 QUESTION_ITEM = "?q:"   # item id of a question: this prefix + its question_id (no paper id starts so)
@@ -114,13 +131,20 @@ def _abstract_facets(layout: RunLayout, wanted: pa.Array) -> dict[str, tuple[lis
 
 
 def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_length: int, val_max: int,
-          seed: int, questions: Path | None = None) -> dict:
+          seed: int, questions: Path | None = None, sample_triplets: int = 0) -> dict:
     """Every facet triplet of the run on the objective's items, and the question rows when `questions`
-    is given; returns what meta.json records."""
+    is given (all of them, also in a sample); sample_triplets > 0: only the train triplets of a
+    seeded sample of whole anchors (triplet_table.sample_anchors, over the facet triplets) and the
+    val sample. Returns what meta.json records."""
     from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
-    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
+    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest, sample_anchors
 
     df = _read_triplets(layout, facet="*")
+    total, available = int(len(df)), None
+    if sample_triplets:   # before the papers are read: only the sample's are tokenized
+        train = df[df["split"] == SPLIT_TRAIN]
+        available = int(len(train))
+        df = pd.concat([sample_anchors(train, seed, sample_triplets), _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)])
     used: dict[str, set] = {}
     for col in ("anchor_id", "positive_id", "negative_id"):
         for f, pid in zip(df["facet"], df[col]):
@@ -154,8 +178,8 @@ def build(items: FacetItems, layout: RunLayout, folder: Path, tokenizer, max_len
     for col in ("anchor_id", "positive_id", "negative_id"):
         df[col] = [items.item_id(f, p) for f, p in zip(df["facet"], df[col])]
     has_text = df[["anchor_id", "positive_id", "negative_id"]].isin(row_of.keys()).all(axis=1)
-    counts = {"triplets_total": int(len(df)), "dropped_no_text": int((~has_text).sum()),
-              "papers_with_facet_split": len(split_of)}
+    counts = {"triplets_total": total, "dropped_no_text": int((~has_text).sum()),
+              "papers_with_facet_split": len(split_of), **({"train_triplets_available": available} if sample_triplets else {})}
     df = df[has_text]
     parts = [df[df["split"] == SPLIT_TRAIN], _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)]
     for name, part in zip((SPLIT_TRAIN, SPLIT_VAL), parts):

@@ -148,15 +148,19 @@ def time_steps(cfg: TrainConfig, objective: Objective, enc: Encoder, dist: Dist,
     a slower run). The steps are thrown away (weights, RNG restored), not kept as the first training steps: their
     learning rate would need the step count they serve to plan."""
     model = enc.model
-    start_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    parts = list(objective.parts.values())   # timed with their optimizer step too (FLeW: two more encoders)
+    modules = [model] + [p.module for p in parts]
+    start_weights = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
     start_rng = rng_state()
-    opt = _optimizer(cfg, model, enc.device)
+    opt = _optimizer(cfg, model, enc.device, parts)
     sampler = RankSampler(len(probe.train["a"]), cfg.seed, dist.rank, dist.world)
+    pad_id = enc.tokenizer.pad_token_id or 0
+    collate = objective.collate(probe, pad_id, cfg.bucket_tokens)
 
     def feed():   # as many passes over the probe as the timed steps need
         for epoch in range(PROBE_STEPS + 1):
-            yield from micro_batches(probe, sampler, epoch, cfg.batch_size, 0, enc.tokenizer.pad_token_id or 0, 0,
-                                     pin=False, bucket_tokens=cfg.bucket_tokens)
+            yield from micro_batches(probe, sampler, epoch, cfg.batch_size, 0, pad_id, 0,
+                                     pin=False, bucket_tokens=cfg.bucket_tokens, collate=collate)
 
     batches = feed()
     was_training = model.training
@@ -175,8 +179,9 @@ def time_steps(cfg: TrainConfig, objective: Objective, enc: Encoder, dist: Dist,
     _sync(enc.device)
     seconds = (time.perf_counter() - t0) / PROBE_STEPS
     del opt
-    model.zero_grad(set_to_none=True)
-    model.load_state_dict(start_weights)
+    for m, w in zip(modules, start_weights):
+        m.zero_grad(set_to_none=True)
+        m.load_state_dict(w)
     model.train(was_training)
     set_rng_state(start_rng)
     return max(dist.gather(seconds))
@@ -249,7 +254,7 @@ def run_train(cfg: TrainConfig, layout: RunLayout, encoder: Encoder | None = Non
             # what the plan depends on: the trajectory, and what sets the speed of a step
             speed = {k: getattr(cfg, k) for k in (*TRAJECTORY_FIELDS, "compile", "gradient_checkpointing")}
             plan = plan_budget(cfg, layout, enc, dist, {**speed, "device": str(enc.device)},
-                               lambda probe: time_steps(cfg, objective, enc, dist, probe))
+                               lambda probe: time_steps(cfg, objective, enc, dist, probe), objective)
         data = _token_data(objective, layout, enc, dist, plan["sample_triplets"] if plan else 0)
         n_train = len(data.train["a"])
         if n_train == 0:
