@@ -39,6 +39,18 @@ Steps (each cached in --out, so a re-run resumes):
    Mean ± std over seeds per cell; writes results-n<steps>[-lr<lr>][-m<margin>].json/.md (the
    suffix names settings that differ from the recipe), mesh_curves-n<steps>[...].png, and prints the .md.
 
+Facet objectives (--objectives flew unifar; METHODS.md §8): unifar brings unifar_nokl (UniFAR without its
+KL term) unless --no-kl-ablation. The run then also needs the facet signal (--facet-signal intent: the
+citing sentences labelled by the intent classifier, <out>/shared/context_intents; or section) and the
+abstract split (<out>/h<H>/abstract_facets); the classifiers are --intent-classifier /
+--splitter-classifier, or trained once into <out>/classifiers. The importance stage writes the facet
+triplets beside the seed's (which stay the same); every objective trains the same steps × batch.
+   (e) facet-level citation retrieval (METHODS.md §8.7): per facet, held-out anchors rank all their
+       cited papers (relevant: cited for that facet) + up to 25 uncited ones, by the facet's
+       vectors (FLeW: its facet encoder; UniFAR: its facet view) or a model's main vector; MAP, nDCG.
+   FLeW's weights are searched on the simplex on half of the cite queries and reported on the other
+   half beside equal weights (its rows in (a)-(d) use equal weights, the embed default).
+
 Evaluations (<out>/eval_cache.json) and baselines (<out>/baseline_cache.json) are cached under keys
 that hold the settings, a hash of the code that computes them (EVAL_CODE, BASELINE_CODE) and of the
 input files (names, sizes and modification times of the tables read and of the model directory),
@@ -219,20 +231,42 @@ def _importance_signal(marker: Path) -> str | None:
     return (json.loads(marker.read_text()).get("summary") or {}).get("config", {}).get("facet_signal", "none")
 
 
+SCICITE = DATA / "scibert-text-classification" / "sci-cite"
+CSABSTRUCT = DATA / "csabstruct"
+
+
 def check_facet_inputs(args) -> None:
-    """The classifiers a facet run needs, asked for before hours of work rather than after."""
+    """A classifier given by path must be there: asked before hours of work rather than after."""
     from sciencemap.runtime import UserError
 
+    for flag, path in (("--intent-classifier", args.intent_classifier), ("--splitter-classifier", args.splitter_classifier)):
+        if path and not Path(path).is_dir():
+            raise UserError(f"{flag} {path}: no such folder (a classifier from jobs/facets.py intent-train / splitter-train)")
+
+
+def facet_classifiers(args, out: Path) -> None:
+    """The classifiers the facet objectives need and were not given, trained once on the shared sets
+    into <out>/classifiers/{intent,splitter} (jobs/facets.py intent-train / splitter-train at their
+    defaults, about 25 min each on 2 cores) and reused by later runs."""
     if facet_signal(args) == "none":
         return
-    need = [("--splitter-classifier", args.splitter_classifier, "splitter-train", "../shared/data/csabstruct")]
+    from encoders.facets.intent import train_intent
+    from encoders.facets.splitter import train_splitter
+
+    todo = [("splitter_classifier", "splitter", train_splitter, CSABSTRUCT)]
     if args.facet_signal == "intent":
-        need.append(("--intent-classifier", args.intent_classifier, "intent-train",
-                     "../shared/data/scibert-text-classification/sci-cite"))
-    for flag, path, cmd, data in need:
-        if not path or not Path(path).is_dir():
-            raise UserError(f"the facet objectives need {flag} DIR (got {path!r}); train one with "
-                            f"`.venv/bin/python jobs/facets.py {cmd} --data {data} --out DIR` (about 25 min on 2 cores)")
+        todo.insert(0, ("intent_classifier", "intent", train_intent, SCICITE))
+    for attr, name, train, data in todo:
+        if getattr(args, attr):
+            continue
+        d = out / "classifiers" / name
+        marker = out / "classifiers" / f"{name}.done"
+        if not marker.exists():
+            say(f"train the {name} classifier on {data} (jobs/facets.py {name}-train)")
+            t = time.time()
+            _mark(marker, train(str(data), str(d), args.model, "cpu"))
+            say(f"{name} classifier in {time.time() - t:.0f}s: test {json.loads(marker.read_text()).get('test')}")
+        setattr(args, attr, str(d))
 
 
 def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
@@ -507,7 +541,7 @@ def facet_counts_of(args, out: Path, anchors: set) -> pd.DataFrame:
 
 
 def facet_qrels(args, out: Path, val: set, text_ids: set, src: dict, pools: dict) -> tuple[dict, dict]:
-    """Facet-level citation retrieval (METHODS.md §8.5): per facet f, each held-out anchor with a cited
+    """Facet-level citation retrieval (METHODS.md §8.7): per facet f, each held-out anchor with a cited
     paper (with text) cited for f ranks all its cited papers that have text (relevant: cited for f,
     i.e. ≥1 citing sentence of facet f; the others are cited for other facets only, or in sentences of
     no facet) plus up to --n-neg random uncited papers from the cite task's pool of its source.
@@ -1026,8 +1060,10 @@ def main() -> None:
                     help="with unifar: do not also train unifar_nokl (UniFAR without its KL term)")
     ap.add_argument("--facet-signal", default="intent", choices=["intent", "section"],
                     help="facet objectives: the facet triplets' and facet task's signal (importance facet_signal)")
-    ap.add_argument("--intent-classifier", help="facet signal intent: a classifier from jobs/facets.py intent-train")
-    ap.add_argument("--splitter-classifier", help="facet objectives: a classifier from jobs/facets.py splitter-train")
+    ap.add_argument("--intent-classifier", help="facet signal intent: a classifier from jobs/facets.py intent-train "
+                    "(default: trained once into <out>/classifiers/intent)")
+    ap.add_argument("--splitter-classifier", help="facet objectives: a classifier from jobs/facets.py splitter-train "
+                    "(default: trained once into <out>/classifiers/splitter)")
     ap.add_argument("--in-batch-scale", type=float, default=DEFAULT_SCALE)
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--val-max", type=int, default=32)
@@ -1056,6 +1092,7 @@ def main() -> None:
     data = {"command": " ".join([".venv/bin/python", "bench/quality_experiment.py"] + sys.argv[1:]),
             "load_start": [round(x, 2) for x in os.getloadavg()]}
     elife, scisumm = prepare_data(args, out)
+    facet_classifiers(args, out)
     ingest_and_importance(args, out, elife, scisumm)
     split_abstracts(args, out)
     data["triplets"] = triplet_stats(out, args.H)
