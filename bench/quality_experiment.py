@@ -45,8 +45,8 @@ citing sentences labelled by the intent classifier, <out>/shared/context_intents
 abstract split (<out>/h<H>/abstract_facets); the classifiers are --intent-classifier /
 --splitter-classifier, or trained once into <out>/classifiers. The importance stage writes the facet
 triplets beside the seed's (which stay the same); every objective trains the same steps × batch.
-   (e) facet-level citation retrieval (METHODS.md §8.7): per facet, held-out anchors rank all their
-       cited papers (relevant: cited for that facet) + up to 25 uncited ones, by the facet's
+   (e) facet-level citation retrieval (METHODS.md §8.7): per facet, the held-out anchors of (d) rank all
+       their cited papers (relevant: cited for that facet) + up to 25 uncited ones, by the facet's
        vectors (FLeW: its facet encoder; UniFAR: its facet view) or a model's main vector; MAP, nDCG.
    FLeW's weights are searched on the simplex on half of the cite queries and reported on the other
    half beside equal weights (its rows in (a)-(d) use equal weights, the embed default).
@@ -489,7 +489,7 @@ def build_eval_sets(args, out: Path) -> dict:
     graded, graded_eligible = importance_graded_sets(args, out, val, text_ids)
     facet_sets, facet_eligible = {}, {}
     if facet_signal(args) != "none":
-        facet_sets, facet_eligible = facet_qrels(args, out, val, text_ids, src, cite_pools)
+        facet_sets, facet_eligible = facet_qrels(args, out, set(graded), text_ids, src, cite_pools)
         for f, q in facet_sets.items():
             write_qrels(out / f"qrels-facet-{f}.txt", q)
     el = papers[(papers.source == "elife") & papers.has_fulltext].copy()
@@ -540,37 +540,30 @@ def facet_counts_of(args, out: Path, anchors: set) -> pd.DataFrame:
     return c.reset_index()
 
 
-def facet_qrels(args, out: Path, val: set, text_ids: set, src: dict, pools: dict) -> tuple[dict, dict]:
-    """Facet-level citation retrieval (METHODS.md §8.7): per facet f, each held-out anchor with a cited
-    paper (with text) cited for f ranks all its cited papers that have text (relevant: cited for f,
-    i.e. ≥1 citing sentence of facet f; the others are cited for other facets only, or in sentences of
-    no facet) plus up to --n-neg random uncited papers from the cite task's pool of its source.
-    {facet: qrels}, {facet: eligible anchors}; a seeded sample of at most --max-queries per facet."""
+def facet_qrels(args, out: Path, anchors: set, text_ids: set, src: dict, pools: dict) -> tuple[dict, dict]:
+    """Facet-level citation retrieval (METHODS.md §8.7): the importance-graded task's held-out anchors
+    (all their cited papers with text are embedded already), per facet f those with a cited paper
+    cited for f (≥1 citing sentence of facet f); each ranks all its cited papers that have text
+    (relevant: cited for f; the others are cited for other facets only, or in sentences of no facet)
+    plus --n-neg random uncited papers from the cite task's pool of its source, drawn once per
+    anchor for the three facets. {facet: qrels}, {facet: its queries}."""
     from sciencemap.contracts import FACETS
 
-    counts = facet_counts_of(args, out, val)
+    counts = facet_counts_of(args, out, anchors)
     counts = counts[counts.cited_id.isin(text_ids) & counts.citing_id.isin(text_ids)
                     & (counts.citing_id != counts.cited_id)]
     rng = np.random.default_rng(args.eval_seed + 2)   # a stream of its own: the other sets stay as they were
-    sets, eligible = {}, {}
-    by_anchor = {q: g for q, g in counts.groupby("citing_id")}
-    for f in FACETS:
-        qrels = {}
-        for q in sorted(by_anchor):
-            g = by_anchor[q]
+    sets = {f: {} for f in FACETS}
+    for q, g in sorted(counts.groupby("citing_id"), key=lambda x: x[0]):
+        cited = set(g.cited_id)
+        pool = pools.get(src.get(q), np.array([], dtype=object))
+        cand = pool[~np.isin(pool, list(cited | {q}))]
+        neg = rng.choice(cand, size=min(args.n_neg, len(cand)), replace=False) if len(cand) else []
+        for f in FACETS:
             rel = set(g.cited_id[g[f] > 0])
-            if not rel:
-                continue
-            cited = set(g.cited_id)
-            pool = pools.get(src.get(q), np.array([], dtype=object))
-            cand = pool[~np.isin(pool, list(cited | {q}))]
-            neg = rng.choice(cand, size=min(args.n_neg, len(cand)), replace=False) if len(cand) else []
-            qrels[q] = {**{p: int(p in rel) for p in sorted(cited)}, **{p: 0 for p in neg}}
-        keys = sorted(qrels)
-        eligible[f] = len(keys)
-        if len(keys) > args.max_queries:
-            keys = sorted(rng.choice(keys, args.max_queries, replace=False).tolist())
-        sets[f] = {k: qrels[k] for k in keys}
+            if rel:
+                sets[f][q] = {**{p: int(p in rel) for p in sorted(cited)}, **{p: 0 for p in neg}}
+    eligible = {f: len(q) for f, q in sets.items()}
     return sets, eligible
 
 
@@ -1006,13 +999,13 @@ def facet_report(args, data: dict, groups: dict, entries: dict) -> list[str]:
 
     el = data.get("cite_eligible", {})
     lines = ["", f"### (e) facet-level citation retrieval (facet signal: {args.facet_signal})", "",
-             "Per facet f: held-out anchors with ≥1 cited paper (with text) cited in a sentence of facet f "
+             "Per facet f: the anchors of (d) (held-out) with ≥1 cited paper (with text) cited in a sentence of facet f "
              f"({args.facet_signal}: " + ("the intent classifier's label" if args.facet_signal == "intent" else
                                           "section class I → background, M → method, R/D → result") +
              f"); candidates: all the anchor's cited papers with text (relevant: cited for f) + ≤{args.n_neg} "
-             "random uncited papers of its source; ranked by the model's facet-f vector (FLeW: the facet-f "
-             "encoder; UniFAR: facet view f) or, for a model without facets, its main vector. Queries per facet "
-             "(eligible): " + ", ".join(f"{f} {el.get(f'facet-{f}')}" for f in FACETS) + f", at most {args.max_queries}.",
+             "random uncited papers of its source (the same for its three facets); ranked by the model's facet-f "
+             "vector (FLeW: the facet-f encoder; UniFAR: facet view f) or, for a model without facets, its main "
+             "vector. Queries per facet: " + ", ".join(f"{f} {el.get(f'facet-{f}')}" for f in FACETS) + ".",
              "", "| model | " + " | ".join(f"{f} MAP | {f} nDCG" for f in FACETS) + " |",
              "|---|" + "---|---|" * len(FACETS)]
     for g, names in groups.items():
