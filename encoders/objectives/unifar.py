@@ -175,7 +175,8 @@ class UnifarObjective(Objective):
     def budget_probe(self, layout, enc, folder, sample_triplets: int) -> dict:
         from encoders.training.facet_table import build_probe
 
-        return build_probe(unifar_items(enc.sep), layout, enc, folder, self.cfg.val_max, self.cfg.seed, sample_triplets, self.cfg.unifar_questions)
+        return build_probe(unifar_items(enc.sep), layout, enc, folder, self.cfg.val_max, self.cfg.seed,
+                           sample_triplets, self.cfg.unifar_questions)
 
     def open_data(self, folder):
         from encoders.training.facet_table import open_facet_tokens

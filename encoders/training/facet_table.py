@@ -48,9 +48,7 @@ def prepare_facet_tokens(objective: str, items: FacetItems, layout: RunLayout, e
     """Rank 0: the folder of this run's facet items for these settings, built if missing. `questions`:
     a `questions` table (UniFAR's question–document loss) whose rows join the train rows;
     sample_triplets > 0: a budget's seeded sample of whole anchors (build)."""
-    from encoders.training.item_store import prepare
-
-    from encoders.training.item_store import tokenizer_digest
+    from encoders.training.item_store import prepare, tokenizer_digest
 
     inputs = {**facet_inputs(objective, layout, questions), "format": items.format,
               "tokenizer": tokenizer_digest(enc.path), "max_length": enc.max_length, "sep": enc.sep,
