@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 
 import torch
 import torch.nn.functional as F
 
 from encoders.objectives.base import Part, ViewSpec
+from encoders.objectives.jepa import ema_decay, ema_update
 from encoders.objectives.triplet import TripletObjective
 
 EMA_DECAY = (0.99, 1.0)
@@ -42,8 +42,7 @@ class EmaHeadObjective(TripletObjective):
         return {"head": Part(head, lr=HEAD_LR), "target": Part(target, trainable=False)}
 
     def decay(self, step: int, total: int) -> float:
-        lo, hi = EMA_DECAY
-        return hi - (hi - lo) * (math.cos(math.pi * min(step, total) / max(total, 1)) + 1) / 2
+        return ema_decay(step, total, *EMA_DECAY)
 
     def batch_loss(self, enc, batch) -> torch.Tensor:
         a, p, n = self.vectors(enc, batch)
@@ -85,12 +84,8 @@ class EmaHeadObjective(TripletObjective):
     def view_vectors(self, name, input_ids, attention_mask, hidden, pooled) -> torch.Tensor:
         return self.part("head")(pooled)[:, None, :]
 
-    @torch.no_grad()
     def after_step(self, enc, step: int, total: int) -> None:
-        decay = self.decay(step, total)
-        target = self.parts["target"].module
-        for t, o in zip(target.parameters(), enc.model.parameters()):
-            t.mul_(decay).add_(o.detach(), alpha=1 - decay)
+        ema_update(self.parts["target"].module, enc.model, self.decay(step, total))
 
 
 OBJECTIVE = EmaHeadObjective
