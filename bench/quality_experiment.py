@@ -340,28 +340,20 @@ def split_abstracts(args, out: Path) -> None:
             say(f"abstract facets H={h}: {json.loads(marker.read_text())}")
 
 
-def _has_facet(path: Path) -> bool:
-    """Whether a triplets table has the facet column (a table written before facets has none)."""
-    import pyarrow.dataset as pads
-
-    return "facet" in pads.dataset(str(path)).schema.names
-
-
-def seed_triplets(out: Path, h: int, columns: list[str]) -> pd.DataFrame:
+def seed_triplets(out: Path, h: int) -> pd.DataFrame:
     """The run's seed triplets (facet null: the facet triplets are the facet objectives' own)."""
-    path = RunLayout(out / f"h{h}").table("triplets")
-    if not _has_facet(path):
-        return read_table(path, columns=columns).to_pandas()
-    df = read_table(path, columns=columns + ["facet"]).to_pandas()
-    return df[df.facet.isna()].drop(columns="facet")
+    from encoders.training.triplet_table import _read_triplets
+
+    return _read_triplets(RunLayout(out / f"h{h}"))
 
 
-def triplet_stats(out: Path, hs) -> dict:
+def triplet_stats(out: Path, hs, facets: bool = False) -> dict:
+    from encoders.training.triplet_table import _read_triplets
+
     res = {}
     for h in hs:
-        df = seed_triplets(out, h, ["anchor_id", "negative_kind", "split"])
-        path = RunLayout(out / f"h{h}").table("triplets")
-        facet = read_table(path, columns=["facet", "split"]).to_pandas().dropna() if _has_facet(path) else pd.DataFrame()
+        df = seed_triplets(out, h)
+        facet = _read_triplets(RunLayout(out / f"h{h}"), facet="*") if facets else pd.DataFrame()
         res[f"H={h}"] = {"triplets": int(len(df)), "train": int((df.split != SPLIT_VAL).sum()),
                          "val": int((df.split == SPLIT_VAL).sum()),
                          "anchors_train": int(df[df.split != SPLIT_VAL].anchor_id.nunique()),
@@ -448,7 +440,7 @@ def build_eval_sets(args, out: Path) -> dict:
     # Held-out anchors: val-split anchors of both triplet sets (the split is by anchor hash).
     val = None
     for h in [x for x in (2, 0) if (out / f"h{x}").is_dir()]:
-        t = seed_triplets(out, h, ["anchor_id", "split"])
+        t = seed_triplets(out, h)
         a = set(t.anchor_id[t.split == SPLIT_VAL])
         train_a = set(t.anchor_id[t.split != SPLIT_VAL])
         assert not (a & train_a), "an anchor is in both splits"
@@ -518,17 +510,18 @@ def facet_counts_of(args, out: Path, anchors: set) -> pd.DataFrame:
     """citing_id, cited_id and the number of citing sentences per facet, for the anchors' pairs, by
     the run's facet signal (importance.facets, here in pandas for a few hundred anchors): section
     classes as the proxy (I -> background, M -> method, R/D -> result) or the intent labels."""
+    import pyarrow.dataset as pads
+
+    from importance.facets import SECTION_CLASSES
     from sciencemap.contracts import FACETS
 
     lay = RunLayout(out / ("h2" if (out / "h2").is_dir() else f"h{args.H[0]}"))
     anchors = sorted(anchors)
     if args.facet_signal == "section":
-        p = read_table(lay.table("pairs"), columns=["citing_id", "cited_id", "f_I", "f_M", "f_R", "f_D"]).to_pandas()
-        p = p[p.citing_id.isin(anchors)]
-        return pd.DataFrame({"citing_id": p.citing_id, "cited_id": p.cited_id, "background": p.f_I,
-                             "method": p.f_M, "result": p.f_R + p.f_D})
-    import pyarrow.dataset as pads
-
+        p = pads.dataset(str(lay.table("pairs"))).to_table(
+            columns=["citing_id", "cited_id", "f_I", "f_M", "f_R", "f_D"], filter=pads.field("citing_id").isin(anchors)).to_pandas()
+        return pd.DataFrame({"citing_id": p.citing_id, "cited_id": p.cited_id,
+                             **{f: sum(p[f"f_{c}"] for c in SECTION_CLASSES[f]) for f in FACETS}})
     m = pads.dataset(str(lay.table("mentions"))).to_table(
         columns=["citing_id", "cited_id", "context"], filter=pads.field("citing_id").isin(anchors)).to_pandas()
     lab = pads.dataset(str(lay.table("context_intents"))).to_table(
@@ -1088,7 +1081,7 @@ def main() -> None:
     facet_classifiers(args, out)
     ingest_and_importance(args, out, elife, scisumm)
     split_abstracts(args, out)
-    data["triplets"] = triplet_stats(out, args.H)
+    data["triplets"] = triplet_stats(out, args.H, facet_signal(args) != "none")
     say(f"triplets: {data['triplets']}")
     ev = build_eval_sets(args, out)
     data.update(cls_n=len(ev["elife"]), cls_classes=int(ev["elife"].label.nunique()), mesh_n=len(ev["pubmed"]),

@@ -19,6 +19,8 @@ from sciencemap.contracts import FACETS
 FACET_SIGNALS = ("section", "intent")
 SECTION_PROXY = {"I": "background", "M": "method", "R": "result", "D": "result"}
 COUNT = {f: f"n_{f}" for f in FACETS}
+# the section classes whose mentions count for each facet under the section signal (pairs' f_<class>)
+SECTION_CLASSES = {f: tuple(c for c, g in SECTION_PROXY.items() if g == f) for f in FACETS}
 
 
 def mention_facets(mentions: DataFrame, signal: str, context_intents: DataFrame | None = None) -> DataFrame:

@@ -199,18 +199,17 @@ def run_importance(cfg: ImportanceConfig, layout: RunLayout, spark=None, size: I
 
 def _with_facet_triplets(trip, pairs, ments, papers, tcfg, signal: str, layout: RunLayout, spark, n_cand: int):
     """The seed triplets + one set of facet triplets per facet (METHODS.md §8.2), and the number of
-    pairs each facet graph holds. The section signal is read off the pairs' own counts (f_I,
-    f_M, f_R + f_D: no second pass over the mentions); the intent signal joins the mentions with
+    pairs each facet graph holds. The section signal is read off the pairs' own counts (f_<class>
+    summed by SECTION_CLASSES: no second pass over the mentions); the intent signal joins the mentions with
     the labelled citing sentences."""
     from pyspark.sql import functions as F
 
-    from importance.facets import COUNT, facet_counts, with_facet_counts
+    from importance.facets import COUNT, SECTION_CLASSES, facet_counts, with_facet_counts
     from importance.triplets import sample_facet_triplets
     from sciencemap.contracts import FACETS
 
     if signal == "section":   # columns of the pairs themselves: no join
-        fp = pairs.withColumns({COUNT["background"]: F.col("f_I"), COUNT["method"]: F.col("f_M"),
-                                COUNT["result"]: F.col("f_R") + F.col("f_D")})
+        fp = pairs.withColumns({COUNT[f]: sum((F.col(f"f_{c}") for c in SECTION_CLASSES[f]), F.lit(0)) for f in FACETS})
         fp = fp.withColumn("c_any", sum((F.col(COUNT[f]) for f in FACETS), F.lit(0)))
     else:
         intents = layout.table("context_intents")

@@ -7,7 +7,9 @@ chunks of whole sentences that fit the encoder's max_length.
 - A section's first chunk reads "[TTL] title [TAG] s1 s2 ...", each later one "[TAG] s_last [TAG]
   s_k ...", where s_last is the previous chunk's last sentence (the context carried over). Sentences
   are packed greedily while the chunk, with the model's two special tokens, stays within max_length;
-  a sentence longer than a chunk alone becomes a chunk of its own, cut by the tokenizer.
+  a sentence longer than a chunk alone becomes a chunk of its own, cut by the tokenizer. Each piece
+  is tokenized once and a chunk's size is the sum of its pieces' (exact for WordPiece, which splits
+  on white space first; within a token or two for byte-level BPE).
 - A paper's abstract reads "[TTL] title [SEP] [ABS] abstract".
 """
 from __future__ import annotations
@@ -42,16 +44,20 @@ def chunk_section(title: str | None, tag: str, sentences: Sequence[str], count: 
     budget = max_length - specials
     chunks: list[str] = []
     sents = [s for s in sentences if s and s.strip()]
+    sizes = [count(s) for s in sents]           # each sentence tokenized once: a chunk's size is the sum
+    tag_size = count(tag)
     i = 0
     prefix = f"{TITLE} {title or ''} {tag}".strip()
+    used = count(prefix)
     while i < len(sents):
-        body = [sents[i]]                       # at least one sentence a chunk: the text always moves on
+        body, used = [sents[i]], used + sizes[i]   # at least one sentence a chunk: the text always moves on
         i += 1
-        while i < len(sents) and count(" ".join([prefix, *body, sents[i]])) <= budget:
+        while i < len(sents) and used + sizes[i] <= budget:
             body.append(sents[i])
+            used += sizes[i]
             i += 1
         chunks.append(" ".join([prefix, *body]))
-        prefix = f"{tag} {body[-1]} {tag}"
+        prefix, used = f"{tag} {body[-1]} {tag}", 2 * tag_size + sizes[i - 1]
     return chunks
 
 

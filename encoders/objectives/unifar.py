@@ -189,40 +189,49 @@ class UnifarObjective(Objective):
         return FacetCollate(data, pad_id, self._facet_data.row_facets["train"], self._facet_data.item_labels)
 
     # -- the loss
+    @staticmethod
+    def _positives(anchor_ids, positive_ids, negative_ids, same_group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k x 2k positives, k x 2k own): the candidates (positives, then negatives) that are positives
+        of row i, i.e. the batch's positives of rows in i's group (`same_group`, k x k) and any other
+        copy of the same paper; and the candidates that are row i's anchor itself."""
+        k = len(anchor_ids)
+        code: dict = {}
+        anchor = np.array([code.setdefault(a, len(code)) for a in anchor_ids])
+        cand = np.array([code.setdefault(c, len(code)) for c in list(positive_ids) + list(negative_ids)])
+        pos = np.zeros((k, 2 * k), bool)
+        pos[:, :k] = same_group
+        pos = (pos.astype(np.int64) @ (cand[:, None] == cand[None, :]).astype(np.int64)) > 0
+        return pos, cand[None, :] == anchor[:, None]
+
+    @staticmethod
+    def _info_nce(s: torch.Tensor, pos: np.ndarray, own: np.ndarray | None = None) -> torch.Tensor:
+        """Multi-positive InfoNCE of scores s (k x 2k, already / TAU): mean over rows of
+        −log(Σ_pos e^s / Σ_all e^s), a row's own anchor left out unless it is a positive."""
+        pos_t = torch.as_tensor(pos, device=s.device)
+        if own is not None:
+            s = s.masked_fill(torch.as_tensor(own, device=s.device) & ~pos_t, float("-inf"))
+        return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / len(s)
+
     def facet_loss(self, E: torch.Tensor, k: int, facets: torch.Tensor, anchor_ids, positive_ids, negative_ids):
         """Multi-positive InfoNCE: E is (3k x F x d) for anchors, positives, negatives in batch order.
         Row i scores the 2k candidates with its facet f_i; its positives are the batch's positives of the
         same anchor and facet, and any candidate that is the same paper as one of them."""
-        code: dict = {}
-        anchor = np.array([code.setdefault(a, len(code)) for a in anchor_ids])
-        cand = np.array([code.setdefault(c, len(code)) for c in list(positive_ids) + list(negative_ids)])
         f = np.asarray(facets, np.int64)
-        pos = np.zeros((k, 2 * k), bool)
-        pos[:, :k] = (anchor[:, None] == anchor[None, :]) & (f[:, None] == f[None, :])
-        same_paper = cand[:, None] == cand[None, :]                              # 2k x 2k
-        pos = (pos.astype(np.int64) @ same_paper.astype(np.int64)) > 0            # a positive's other copies too
-        own = cand[None, :] == anchor[:, None]
+        a = np.asarray(list(anchor_ids), dtype=object)
+        pos, own = self._positives(anchor_ids, positive_ids, negative_ids, (a[:, None] == a[None, :]) & (f[:, None] == f[None, :]))
         Eu = F.normalize(E, dim=-1)
         ft = torch.as_tensor(f, device=E.device)
         s = torch.einsum("jid,id->ij", Eu[k:][:, ft], Eu[torch.arange(k, device=E.device), ft]) / TAU
-        pos_t, own_t = torch.as_tensor(pos, device=E.device), torch.as_tensor(own, device=E.device)
-        s = s.masked_fill(own_t & ~pos_t, float("-inf"))
-        return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / k
+        return self._info_nce(s, pos, own)
 
     def question_loss(self, E: torch.Tensor, k: int, question_ids, positive_ids, negative_ids) -> torch.Tensor:
         """The question–document loss: E is (3k x F x d) for k question rows' questions, papers and
         random other papers. Each question scores the 2k papers by the mean facet cosine (the
         diagonal of the facet similarity matrix, as retrieval does); multi-positive InfoNCE (τ TAU)
         whose positives are every paper the micro-batch gives that question."""
-        code: dict = {}
-        q = np.array([code.setdefault(x, len(code)) for x in question_ids])
-        cand = np.array([code.setdefault(c, len(code)) for c in list(positive_ids) + list(negative_ids)])
-        pos = np.zeros((k, 2 * k), bool)
-        pos[:, :k] = q[:, None] == q[None, :]
-        pos = (pos.astype(np.int64) @ (cand[:, None] == cand[None, :]).astype(np.int64)) > 0
-        s = self.score_matrix(E[:k], E[k:]) / TAU
-        pos_t = torch.as_tensor(pos, device=E.device)
-        return (torch.logsumexp(s, 1) - torch.logsumexp(s.masked_fill(~pos_t, float("-inf")), 1)).sum() / k
+        q = np.asarray(list(question_ids), dtype=object)
+        pos, _ = self._positives(question_ids, positive_ids, negative_ids, q[:, None] == q[None, :])
+        return self._info_nce(self.score_matrix(E[:k], E[k:]) / TAU, pos)
 
     def kl_loss(self, attn, sentence_facets, n_sent) -> torch.Tensor:
         """KL(target || attention) per paper and facet with labelled sentences, mean over them."""

@@ -34,7 +34,7 @@ from sciencemap.storage import write_json_atomic
 from encoders.config import TrainConfig
 from encoders.training import triplet_table
 from encoders.training.item_store import build_at
-from encoders.training.triplet_table import TripletTokens, open_tokens
+from encoders.training.triplet_table import TripletTokens
 from encoders.training.feed import shard_order
 
 PROBE_STEPS = 2          # timed steps, after one untimed (allocations, kernel choice)
@@ -82,14 +82,13 @@ def hours_steps(cfg: TrainConfig, seconds_per_step: float) -> int:
 
 
 def plan_budget(cfg: TrainConfig, layout: RunLayout, enc, dist: Dist, settings: dict,
-                time_steps: Callable[[TripletTokens], float], objective=None) -> dict:
+                time_steps: Callable[[TripletTokens], float], objective) -> dict:
     """The budget's plan (see the module doc), the same on every rank; reused from plan.json when
-    the inputs and `settings` are those it was made for (and cfg.resume). An objective with an item
-    store of its own (FLeW, UniFAR: encoders.training.facet_table) gives the probe: a sample of its
-    own rows, tokenized its own way (budget_probe), with what else it reads in the key (budget_inputs)."""
-    inputs = triplet_table.cache_inputs(layout, enc.path, enc.max_length, enc.sep, cfg.val_max, cfg.seed)
-    if objective is not None:
-        inputs = {**inputs, **objective.budget_inputs(layout)}
+    the inputs and `settings` are those it was made for (and cfg.resume). The objective gives the
+    probe: a sample of its own rows, tokenized its own way (budget_probe: the run's triplets by
+    default, FLeW's and UniFAR's facet item store), with what else it reads in the key (budget_inputs)."""
+    inputs = {**triplet_table.cache_inputs(layout, enc.path, enc.max_length, enc.sep, cfg.val_max, cfg.seed),
+              **objective.budget_inputs(layout)}
     key = hashlib.sha256(json.dumps([inputs, settings, dist.world], sort_keys=True, default=str)
                          .encode()).hexdigest()[:16]
     path = layout.train_tokens_dir / PLAN
@@ -106,14 +105,11 @@ def plan_budget(cfg: TrainConfig, layout: RunLayout, enc, dist: Dist, settings: 
     per_step = triplets_per_step(cfg, dist.world)
     probe_size = max(PROBE_TRIPLETS, (PROBE_STEPS + 1) * per_step)
     folder = layout.train_tokens_dir / PROBE
-    build = (lambda tmp: triplet_table.build(layout, tmp, enc.tokenizer, enc.max_length, enc.sep, cfg.val_max,
-                                             cfg.seed, sample_triplets=probe_size)) if objective is None \
-        else (lambda tmp: objective.budget_probe(layout, enc, tmp, probe_size))
     if dist.main:
         layout.train_tokens_dir.mkdir(parents=True, exist_ok=True)
-        build_at(folder, inputs, build)
+        build_at(folder, inputs, lambda tmp: objective.budget_probe(layout, enc, tmp, probe_size))
     dist.barrier()
-    probe = open_tokens(folder) if objective is None else objective.open_data(folder)
+    probe = objective.open_data(folder)
     available = probe.counts["train_triplets_available"]
     if len(probe.train["a"]) == 0:
         raise UserError(f"no usable train triplets in {layout.table('triplets')} "

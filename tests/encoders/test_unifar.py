@@ -96,22 +96,29 @@ def test_steps_lower_its_loss_and_the_kl_term_counts(tmp_path, facet_run):
     with torch.no_grad():
         assert float(obj.batch_loss(enc, batch)) > float(no_kl.batch_loss(enc, batch))
 
+    before, after = _loss_before_and_after_steps(enc, obj, batch)
+    assert after < before
+
+
+def _loss_before_and_after_steps(enc, obj, batch, steps: int = 4) -> tuple[float, float]:
+    """The objective's loss on a fixed batch (eval mode) before and after `steps` AdamW steps on it."""
+    modules = [enc.model] + [p.module for p in obj.parts.values()]
+
     def loss() -> float:
-        for m in [enc.model] + [p.module for p in obj.parts.values()]:
+        for m in modules:
             m.eval()
         with torch.inference_mode():
             return float(obj.batch_loss(enc, batch))
 
     before = loss()
-    params = list(enc.model.parameters()) + [q for p in obj.parts.values() for q in p.module.parameters()]
-    opt = torch.optim.AdamW(params, lr=1e-4)
-    for m in [enc.model] + [p.module for p in obj.parts.values()]:
+    opt = torch.optim.AdamW([q for m in modules for q in m.parameters()], lr=1e-4)
+    for m in modules:
         m.train()
-    for _ in range(4):
+    for _ in range(steps):
         opt.zero_grad()
         obj.batch_loss(enc, batch).backward()
         opt.step()
-    assert loss() < before
+    return before, loss()
 
 
 def test_a_killed_run_resumes_bit_identically_and_embed_reproduces_it(tmp_path, facet_run, crash_at):
@@ -218,23 +225,8 @@ def test_question_document_loss_rows_join_training_and_lower_their_loss(tmp_path
         assert float(obj.batch_loss(enc, batch)) > float(off.batch_loss(enc, batch))
 
     only_q = obj.collate(data, enc.tokenizer.pad_token_id, 0)(q_rows)
-
-    def q_loss() -> float:
-        with torch.inference_mode():
-            return float(obj.batch_loss(enc, only_q))
-
-    before = q_loss()
-    params = list(enc.model.parameters()) + [q for p in obj.parts.values() for q in p.module.parameters()]
-    opt = torch.optim.AdamW(params, lr=1e-4)
-    for m in [enc.model] + [p.module for p in obj.parts.values()]:
-        m.train()
-    for _ in range(4):
-        opt.zero_grad()
-        obj.batch_loss(enc, only_q).backward()
-        opt.step()
-    for m in [enc.model] + [p.module for p in obj.parts.values()]:
-        m.eval()
-    assert q_loss() < before
+    before, after = _loss_before_and_after_steps(enc, obj, only_q)
+    assert after < before
 
 
 def test_question_rows_train_end_to_end_and_change_the_item_store(tmp_path, facet_run):
