@@ -22,8 +22,9 @@ class TrainConfig:
     objective: str = setting(DEFAULT_OBJECTIVE, "training objective (encoders/objectives): triplet margin "
                              "loss on L2, in_batch negatives (InfoNCE over the micro-batch), ema_head (triplet "
                              "plus a head that predicts an EMA target's vector: the example of an objective with "
-                             "parts), flew (three facet encoders) or unifar (facet anchors and attention); the last "
-                             "two train on facet triplets (METHODS.md §8)", choices=OBJECTIVES)
+                             "parts), flew (three facet encoders), unifar (facet anchors and attention), cosaemb (section "
+                             "chunks, graded margins), scijepa (within-paper prediction, EMA target) or section_cl "
+                             "(InfoNCE on scijepa's pairs); see METHODS.md §8", choices=OBJECTIVES)
     margin: float | None = setting(None, "triplet objective: None = the triplets' own margin (importance stage), else 1.0")
     normalize: bool = setting(False, "triplet objective: L2-normalise before the loss (off: see METHODS.md §4.3)")
     in_batch_scale: float = setting(20.0, "in_batch objective: cosine similarity x this inside the softmax")
@@ -33,6 +34,18 @@ class TrainConfig:
                                     "for the question–document loss (METHODS.md §8.4); empty = off")
     unifar_qd_weight: float = setting(1.0, "unifar objective: the question–document loss's weight beside the "
                                       "facet loss (when unifar_questions is set)")
+    cosaemb_margins: list[float] = setting(help="cosaemb objective: the squared-L2 triplet margins of the inter-document, "
+                                           "global and local rows (graded 1,2,3 as in the paper; 1,1,1 = equal margins)",
+                                           factory=lambda: [1.0, 2.0, 3.0], parse=comma_floats)
+    cosaemb_shares: list[float] = setting(help="cosaemb objective: shares of the inter, global and local rows among "
+                                          "the train rows (the rarer kinds set how many are kept); empty = every "
+                                          "row, as the paper", factory=list, parse=comma_floats)
+    jepa_lambda: float = setting(0.0025, "scijepa objective: SIGReg's weight beside the prediction loss (0 = off)")
+    jepa_rule: str = setting("class", "scijepa / section_cl: how the method and conclusion sections are found: "
+                             "by section class (class) or the paper's heading-then-position rule (position)",
+                             choices=("class", "position"))
+    jepa_lr: float = setting(5e-6, "scijepa / section_cl: the encoder's peak learning rate (instead of lr)")
+    jepa_predictor_lr: float = setting(1e-4, "scijepa objective: the predictor's peak learning rate")
     lr: float = setting(2e-5, "peak AdamW learning rate (after warm-up, then linear decay)")
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     batch_size: int = setting(8, "triplets per micro-batch and process")
@@ -89,6 +102,8 @@ class EmbedConfig:
     compile: str = setting("auto", "torch.compile the forward (auto: on CUDA from 20M tokens to embed, on a CPU "
                            "from 5M)", choices=COMPILE_MODES)
     restart: bool = setting(False, "discard existing shards instead of resuming")
+    branch: str = setting("online", "scijepa models: the main vector from the online encoder, the predictor on "
+                          "it, or the EMA target encoder", choices=("online", "predictor", "target"))
     facet_weights: list[float] = setting(help="flew models: the main vector's weights of the background, method and "
                                          "result vectors, comma-separated, positive, summing to 1 (empty = equal)",
                                          factory=list, parse=comma_floats)

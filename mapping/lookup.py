@@ -358,6 +358,62 @@ TSV_COLUMNS = ("rank", "paper_id", "title", "year", "similarity", "cluster", "to
                "paper_cites_it", "it_cites_paper")
 
 
+# ---------------------------------------------------------------- paragraph look-up
+
+SNIPPET_WIDTH = 70
+
+
+def lookup_text(layout: RunLayout, text: str, k: int = 10, device: str = "auto") -> dict:
+    """The k section chunks of the run nearest to `text` (cosine), from the chunks view
+    (encoders.embed.chunks): the text is embedded with the model that embedded the chunks, then one pass
+    over the view's shards keeps a running top k. Each hit: paper, title, section, chunk, similarity, text."""
+    from encoders.embed.chunks import open_chunks
+    from encoders.model import load_encoder, model_hash
+
+    if not text or not text.strip():
+        raise UserError("--text is empty: give a paragraph to look up")
+    if k < 1:
+        raise UserError(f"--k {k} must be at least 1")
+    manifest, files = open_chunks(layout)
+    if model_hash(layout.model_dir) != manifest["model_hash"]:
+        raise UserError(f"{layout.model_dir} is not the model the chunks view was embedded with; run the embed "
+                        "stage again (with --restart) to embed the chunks with it")
+    enc = load_encoder(str(layout.model_dir), None, manifest["max_length"], device)
+    q = enc.encode_ids(enc.token_ids([clean_text(text)]))[0]
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    best_s, best = np.zeros(0, np.float32), []
+    for f in files:
+        t = pq.read_table(f, columns=["paper_id", "position", "section_class", "chunk", "text", "vector"])
+        if not t.num_rows:
+            continue
+        v = t.column("vector").combine_chunks().values.to_numpy().reshape(t.num_rows, -1)
+        sims = (v @ q) / np.maximum(np.linalg.norm(v, axis=1), 1e-12)
+        top = np.argsort(-sims, kind="stable")[:k]
+        rows = t.take(pa.array(top)).drop_columns(["vector"]).to_pylist()
+        best_s = np.concatenate([best_s, sims[top].astype(np.float32)])
+        best += rows
+        keep = np.argsort(-best_s, kind="stable")[:k]
+        best_s, best = best_s[keep], [best[i] for i in keep]
+    info = paper_info(layout, {r["paper_id"] for r in best})
+    hits = [{"rank": i + 1, "similarity": float(s), "paper_id": r["paper_id"],
+             "title": info.get(r["paper_id"], ("", None, False))[0], "section_class": r["section_class"],
+             "section_position": r["position"], "chunk": r["chunk"], "text": r["text"]}
+            for i, (s, r) in enumerate(zip(best_s, best))]
+    return {"query": text, "k": k, "chunks_searched": manifest["chunks"], "hits": hits}
+
+
+def format_text_hits(result: dict, tsv: bool = False) -> str:
+    cols = ["rank", "similarity", "paper_id", "section_class", "section_position", "chunk", "title", "text"]
+    if tsv:
+        return "\n".join(["\t".join(cols)] + ["\t".join(_cell(h[c]) for c in cols) for h in result["hits"]])
+    lines = [f"{result['k']} chunks nearest to the text, of {result['chunks_searched']:,}:"]
+    for h in result["hits"]:
+        lines.append(f"{h['rank']:>3}  {h['similarity']:.4f}  {h['paper_id']}  section {h['section_position']} "
+                     f"({h['section_class']}) chunk {h['chunk']}  {_short(h['title'], TITLE_WIDTH)}")
+        lines.append(f"       {_short(' '.join(h['text'].split()), SNIPPET_WIDTH + TITLE_WIDTH)}")
+    return "\n".join(lines)
+
+
 def _short(text: str | None, width: int) -> str:
     text = text or ""
     return text if len(text) <= width else text[:width - 1].rstrip() + "…"
@@ -439,6 +495,8 @@ def parser(prog: str | None = None) -> argparse.ArgumentParser:
                        "printed: a DOI or doi.org link, a PMID, a PMC id, an arXiv id")
     which.add_argument("--title", help="words of its title (case-insensitive); a unique best match is taken, "
                        "several are listed")
+    which.add_argument("--text", help="a paragraph: the nearest section chunks of the corpus (needs the chunks "
+                       "view: a cosaemb model on a run with sections), with paper, section and similarity")
     ap.add_argument("--k", type=int, default=10, help="neighbours to show (default 10; any up to the papers - 1)")
     ap.add_argument("--resolution", type=float, default=0.0,
                     help="CPM resolution of the topics shown (default 0: the map's)")
@@ -452,6 +510,10 @@ def run_lookup(argv: list[str] | None = None, prog: str | None = None) -> dict:
     """Parse the options, look up, print; returns the result."""
     a = parser(prog).parse_args(argv)
     layout = RunLayout(require_dir(a.run, "run directory"))
+    if a.text is not None:
+        result = lookup_text(layout, a.text, a.k)
+        print(json.dumps(result, indent=2) if a.json else format_text_hits(result, a.tsv))
+        return result
     paper_id = a.paper_id
     if a.title is not None:
         matches, counts = find_by_title(layout, a.title)

@@ -286,6 +286,11 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     shape = feed_shape(cfg, enc, dist)
     out = layout.embeddings_dir
     objective, specs = objective_views(enc)
+    branches = objective.branches if objective is not None else ("online",)
+    if cfg.branch not in branches:
+        raise UserError(f"[embed] branch = {cfg.branch!r}: a model of the "
+                        f"{objective.name if objective is not None else 'base'} objective embeds with "
+                        f"{' / '.join(branches)} only (predictor and target are SciJEPa's)")
     if objective is not None:
         objective.embed_settings = cfg
         objective.check_embed(cfg)
@@ -367,6 +372,16 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
     records = close_output(out, manifest) if dist.main else own
     if dist.main and specs:
         write_view_manifests(out, manifest, specs, objective.name, manifest["complete"])
+    chunk_view = {}
+    if objective is not None and objective.writes_chunks and layout.table("sections").exists():
+        from encoders.embed.chunks import embed_chunks, write_chunks_manifest
+
+        chunk_view = embed_chunks(layout, enc, mhash, enc.inference_autocast(precision), shape.batch_size, rank,
+                                  world, cfg.restart)
+        dist.barrier()
+        if dist.main:
+            chunk_view["chunks"] = write_chunks_manifest(layout, enc, mhash, chunk_view["chunk_shards"],
+                                                         chunk_view["chunk_papers"])["chunks"]
     reasons, listed = skips(records)
     s = progress.seconds
     return {"embeddings_dir": str(out), "papers": sum(r["papers"] for r in records.values()),  # rank 0: all
@@ -379,4 +394,5 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
             **compile_outcome(forward), "feed": asdict(shape),
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
-            "model_hash": mhash, "views": sorted(specs), "config": asdict(cfg)}
+            "model_hash": mhash, "views": sorted(specs) + (["chunks"] if chunk_view else []), **chunk_view,
+            "config": asdict(cfg)}

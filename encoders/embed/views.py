@@ -59,7 +59,7 @@ class ViewsForward(torch.nn.Module):
 
     def __init__(self, enc: Encoder, objective, specs: dict[str, ViewSpec]):
         super().__init__()
-        self.model, self.pooling, self.objective, self.specs = enc.model, enc.pooling, objective, specs
+        self.model, self.pooling, self.objective, self.specs = objective.embed_model(enc.model), enc.pooling, objective, specs
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -86,6 +86,14 @@ class Objective:
         """The part to call in the loss: as the loop runs it (wrapped for several processes) or itself."""
         return self._running[name] if name in self._running else self._parts[name].module
 
+    # The optimizer step the loss is computed for (set by the loop before each micro-batch): what an
+    # objective draws per step from it (SIGReg's directions) is the same in a resumed run.
+    step_now: int = 0
+
+    def encoder_lr(self) -> float | None:
+        """The encoder's peak learning rate when the objective has its own (SciJEPa's); None = the run's lr."""
+        return None
+
     def after_step(self, enc: "Encoder", step: int, total: int) -> None:
         """After each optimizer step (`step` done of `total` planned): update what is not trained
         (an EMA target), advance a schedule of the objective's own. Nothing by default."""
@@ -150,8 +158,19 @@ class Objective:
         embedding must match: other weights, other vectors)."""
         return {"from": f"the {self.name} objective's views"}
 
+    # The embed stage also writes the view `chunks` (a vector per section chunk, encoders.embed.chunks)
+    # for a model of this objective when the run has a sections table.
+    writes_chunks: bool = False
+
+    # The branches a model of this objective can embed with ([embed] branch); the first is the default.
+    branches: tuple[str, ...] = ("online",)
+
     def check_embed(self, embed_cfg) -> None:
         """Raise sciencemap.runtime.UserError for an embed setting this objective cannot use."""
+
+    def embed_model(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        """The transformer the embed stage's forward runs (SciJEPa's target branch: the EMA encoder)."""
+        return model
 
     # -- what it trains on
     def prepare_data(self, layout: "RunLayout", enc: "Encoder", sample_triplets: int = 0):

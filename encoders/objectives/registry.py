@@ -15,6 +15,9 @@ _MODULES = {
     "ema_head": "encoders.objectives.ema_head",
     "flew": "encoders.objectives.flew",
     "unifar": "encoders.objectives.unifar",
+    "cosaemb": "encoders.objectives.cosaemb",
+    "scijepa": "encoders.objectives.scijepa",
+    "section_cl": "encoders.objectives.section_cl",
 }
 OBJECTIVES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT_OBJECTIVE = OBJECTIVES[0]

@@ -1,6 +1,7 @@
 """Validation shared by the objectives that train on triplets: the objective's own loss, triplet
-accuracy (the positive scores above the negative) overall and per negative kind, and retrieval of
-each anchor's positive among all validation candidates, ranked by the objective's own score."""
+accuracy (the positive scores above the negative) overall and per negative kind, retrieval of
+each anchor's positive among all validation candidates, ranked by the objective's own score, and the
+geometry of the validation papers' vectors (alignment, uniformity, spectrum)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -62,4 +63,15 @@ def evaluate(objective: Objective, enc, data: dict, batch_size: int = 32) -> dic
     for kind in sorted(set(data["kind"]) - {""}):
         out[f"accuracy_{kind}"] = float(correct[kinds == kind].mean())
     out.update(retrieval_metrics(vec, index, data, objective.score_matrix))
+    out.update(geometry_figures(vec.numpy(), va.numpy(), vp.numpy()))
     return out
+
+
+def geometry_figures(vectors, related_a, related_b) -> dict:
+    """The geometry diagnostics (mapping.evaluation.geometry, METHODS.md §7.2) of the validation papers'
+    vectors, alignment over the (anchor, positive) pairs: "geometry_*" keys."""
+    from mapping.evaluation.geometry import geometry
+
+    if len(vectors) < 2:
+        return {}
+    return {f"geometry_{k}": v for k, v in geometry(vectors, related_a, related_b).items() if k != "spectrum_dim"}

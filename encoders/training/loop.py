@@ -112,10 +112,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, parts=()) -> torch.optim.AdamW:
-    """AdamW over the encoder, then the objective's trainable `parts` (encoders.objectives.base.Part)
-    in groups of their own, at their own learning rate and weight decay."""
-    groups = param_groups(model, cfg.weight_decay)
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device, parts=(),
+               encoder_lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW over the encoder (at `encoder_lr`, None = cfg.lr: an objective's own, Objective.encoder_lr),
+    then the objective's trainable `parts` (encoders.objectives.base.Part) in groups of their own, at
+    their own learning rate and weight decay."""
+    groups = [{**g, "lr": encoder_lr or cfg.lr} for g in param_groups(model, cfg.weight_decay)]
     for part in parts:
         if part.trainable:
             for g in param_groups(part.module, cfg.weight_decay if part.weight_decay is None else part.weight_decay):
@@ -324,7 +326,7 @@ class _Run:
                 f"{cfg.grad_accum}x{dist.world} on {enc.device} ({enc.path.name}, pooling={enc.pooling}, "
                 f"max_length={enc.max_length}, objective={self.objective.name} "
                 f"{json.dumps(self.objective.settings())})")
-        self.opt = _optimizer(cfg, enc.model, enc.device, self.objective.parts.values())
+        self.opt = _optimizer(cfg, enc.model, enc.device, self.objective.parts.values(), self.objective.encoder_lr())
         self.sched = make_schedule(self.opt, int(cfg.warmup_ratio * self.total), self.total)
         self._resume()
         self.train_enc = enc
@@ -415,6 +417,7 @@ class _Run:
         cfg, enc = self.cfg, self.enc
         self.opt.zero_grad(set_to_none=True)
         step_loss = torch.zeros((), dtype=torch.float64, device=enc.device)
+        self.objective.step_now = step   # what an objective draws per step (SIGReg's slices) follows it, also on resume
         for k in range(n_micro):
             batch = next(feed)
             with self._no_sync(k == n_micro - 1), _memory_hint(cfg, enc.device):

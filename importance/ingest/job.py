@@ -596,7 +596,10 @@ def run_ingest(cfg: IngestConfig, layout: RunLayout, spark=None, size: InputSize
         if name != "rejects":  # the counts read the table as written, not its plan again
             t[name] = spark.read.parquet(str(layout.table(name)))
     if cfg.keep_sections:
-        write_spark_table(t["sections"], layout.table("sections"), "sections", partitions=files)
+        # in (paper_id, position) order, a paper's sections in one file: readers stream a paper at a time
+        # (encoders.fulltext.sections_table.paper_sections)
+        ordered = t["sections"].repartitionByRange(files, "paper_id").sortWithinPartitions("paper_id", "position")
+        write_spark_table(ordered, layout.table("sections"), "sections", partitions=None)
     else:   # a sections table of an earlier ingest would not match these papers
         shutil.rmtree(layout.table("sections"), ignore_errors=True)
     per_source = summarise(t, parsed, found, source_roles(cfg.inputs))

@@ -62,3 +62,19 @@ def test_facet_gpu_dry_run_times_both_objectives_and_the_real_run_fails_without_
     if not torch.cuda.is_available():
         q = subprocess.run([sys.executable, "bench/facet_gpu.py"], cwd=repo_root, capture_output=True, text=True, timeout=300)
         assert q.returncode == 2 and "no usable CUDA device" in q.stderr
+
+
+def test_fulltext_gpu_dry_run_times_each_objective_and_the_real_run_fails_without_a_gpu(tmp_path, repo_root):
+    out = tmp_path / "fulltext.json"
+    p = subprocess.run([sys.executable, "bench/fulltext_gpu.py", "--dry-run", "--json", str(out)], cwd=repo_root,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["objective"], r["micro_batch"]) for r in rows] == [("cosaemb", 8), ("scijepa", 8), ("section_cl", 8),
+                                                                  ("scijepa", 16)]
+    assert all(r["steps_timed"] == 1 and r["steps_per_s"] > 0 and r["real_tokens_per_s"] > 0 for r in rows)
+    assert rows[-1]["sizes_out_of_memory"] == [] and "no measurement" in p.stdout
+    if not torch.cuda.is_available():
+        q = subprocess.run([sys.executable, "bench/fulltext_gpu.py"], cwd=repo_root, capture_output=True, text=True,
+                           timeout=300)
+        assert q.returncode == 2 and "no usable CUDA device" in q.stderr

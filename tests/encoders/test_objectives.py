@@ -136,7 +136,7 @@ def test_unknown_objective_is_one_clear_error(tmp_path, repo_root):
     assert OBJECTIVES[0] == "triplet" and TrainConfig().objective == "triplet"
     helptext = subprocess.run([sys.executable, "jobs/train.py", "--help"], cwd=repo_root, capture_output=True,
                               text=True, timeout=120).stdout
-    assert "--objective {triplet,in_batch,ema_head,flew,unifar}" in helptext and "--in-batch-scale" in helptext
+    assert "--objective {triplet,in_batch,ema_head,flew,unifar,cosaemb,scijepa,section_cl}" in helptext and "--in-batch-scale" in helptext
 
 
 def test_fingerprint_names_the_objective_and_its_settings():
