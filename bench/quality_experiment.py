@@ -131,7 +131,8 @@ def eval_inputs(out: Path) -> list[Path]:
     """The tables the evaluation sets are read from (build_eval_sets, importance_graded_sets)."""
     return [out / "shared" / "papers", out / "shared" / "references", out / "pubmed" / "papers",
             *(out / f"h{h}" / t for h in (2, 0) for t in ("triplets", "pairs")),
-            *[p for p in [out / "shared" / "context_intents"] if p.exists()]]
+            *[p for p in [out / "shared" / "context_intents", out / "shared" / "sections", out / "unarxive" / "sections",
+                          out / "unarxive" / "papers"] if p.exists()]]
 
 
 # Facet objectives (METHODS.md §8): they train on facet triplets ([importance] facet_signal) and abstracts
@@ -139,7 +140,14 @@ def eval_inputs(out: Path) -> list[Path]:
 # trained with other settings under a name of its own: UniFAR without its KL term is the ablation
 # the issue asks for, added beside "unifar" unless --no-kl-ablation.
 FACET_OBJECTIVES = ("flew", "unifar")
-VARIANTS = {"unifar_nokl": ("unifar", {"unifar_kl": False})}
+# Full-text objectives (METHODS.md §8.9-8.10): they read the sections table ([ingest] keep_sections). Their
+# ablations: CoSAEmb with equal margins, SciJEPa without SIGReg (λ 0).
+FULLTEXT_OBJECTIVES = ("cosaemb", "scijepa", "section_cl")
+VARIANTS = {"unifar_nokl": ("unifar", {"unifar_kl": False}),
+            "cosaemb_equal": ("cosaemb", {"cosaemb_margins": [1.0, 1.0, 1.0]}),
+            "scijepa_l0": ("scijepa", {"jepa_lambda": 0.0})}
+ABLATIONS = {"unifar": "unifar_nokl", "cosaemb": "cosaemb_equal", "scijepa": "scijepa_l0"}
+UNARXIVE_TAR = DATA / "unarxive-sample" / "unarXive_data_sample.tar.gz"
 
 
 def base_objective(objective: str) -> str:
@@ -150,12 +158,22 @@ def is_facet_objective(objective: str) -> bool:
     return base_objective(objective) in FACET_OBJECTIVES
 
 
-def expand_objectives(objectives, kl_ablation: bool = True) -> list[str]:
-    """The objectives as given, with "unifar_nokl" right after "unifar" (the KL ablation)."""
+def is_fulltext_objective(objective: str) -> bool:
+    return base_objective(objective) in FULLTEXT_OBJECTIVES
+
+
+def expand_objectives(objectives, ablations: bool = True) -> list[str]:
+    """The objectives as given, each ablation right after its objective: "unifar_nokl" (UniFAR without
+    KL), "cosaemb_equal" (equal margins), "scijepa_l0" (no SIGReg)."""
     out = list(dict.fromkeys(objectives))
-    if kl_ablation and "unifar" in out and "unifar_nokl" not in out:
-        out.insert(out.index("unifar") + 1, "unifar_nokl")
+    for objective, ablation in ABLATIONS.items():
+        if ablations and objective in out and ablation not in out:
+            out.insert(out.index(objective) + 1, ablation)
     return out
+
+
+def fulltext(args) -> bool:
+    return any(is_fulltext_objective(o) for o in args.objectives)
 
 
 def trained_on_cosine(objective: str) -> bool:
@@ -276,12 +294,17 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     shared, pubmed = RunLayout(out / "shared"), RunLayout(out / "pubmed")
     signal = facet_signal(args)
     intents_done = shared.root / "intent_label.json"
-    todo = [not _done(shared.root / "ingest.done"), not _done(pubmed.root / "ingest.done")]
+    # the full-text objectives need the sections table: an ingest without it is redone (the same papers)
+    sections = fulltext(args)
+    todo = [not _done(shared.root / "ingest.done") or (sections and not shared.table("sections").exists()),
+            not _done(pubmed.root / "ingest.done")]
     # an importance run without the facet triplets a facet objective needs is redone (the seed's triplets
     # come out the same: the facet ones are sampled beside them)
     todo += [not _done(out / f"h{h}" / "importance.done")
              or (signal != "none" and _importance_signal(out / f"h{h}" / "importance.done") != signal) for h in args.H]
     todo += [signal == "intent" and not intents_done.exists()]
+    unarxive = RunLayout(out / "unarxive")      # (f)'s third corpus, read for its sections only
+    todo += [sections and not _done(unarxive.root / "ingest.done")]
     info = {}
     if not any(todo):
         return info
@@ -294,7 +317,8 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
             t = time.time()
             s = run_ingest(IngestConfig(inputs=[
                 {"path": str(elife), "format": "jats", "source": "elife"},
-                {"path": str(scisumm), "format": "scisummnet", "source": "scisummnet"}]), shared, spark=spark)
+                {"path": str(scisumm), "format": "scisummnet", "source": "scisummnet"}], keep_sections=sections),
+                shared, spark=spark)
             _mark(shared.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
             say(f"ingest done in {time.time() - t:.0f}s")
         if todo[1]:
@@ -302,6 +326,16 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
             s = run_ingest(IngestConfig(inputs=[{"path": str(REPO / "sample" / "pubmed"), "format": "pubmed_csv",
                                                  "source": "pubmed"}]), pubmed, spark=spark)
             _mark(pubmed.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
+        if todo[-1]:
+            src = out / "cache" / "unarxive"
+            if not src.exists():
+                with tarfile.open(UNARXIVE_TAR) as t:
+                    t.extractall(out / "cache" / "unarxive.tmp", filter="data")
+                (out / "cache" / "unarxive.tmp").rename(src)
+            t = time.time()
+            s = run_ingest(IngestConfig(inputs=[{"path": str(src), "format": "unarxive", "source": "unarxive"}],
+                                        keep_sections=True), unarxive, spark=spark)
+            _mark(unarxive.root / "ingest.done", {"seconds": time.time() - t, "summary": s})
         if signal == "intent" and not intents_done.exists():
             from encoders.facets.intent import label_contexts
 
@@ -400,7 +434,8 @@ def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") 
 
     name = model_name(h, seed, objective)
     d = model_dir(args, out, h, seed, objective)
-    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets") + (("abstract_facets",) if is_facet_objective(objective) else ()))
+    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets") + (("abstract_facets",) if is_facet_objective(objective) else ())
+                       + (("sections",) if is_fulltext_objective(objective) else ()))
     if not _done(d / "train.done"):
         say(f"train {name} ({args.steps} steps, lr {args.lr:g}, objective {objective}, margin {args.margin:g}, "
             f"in-batch scale {args.in_batch_scale:g})")
@@ -494,6 +529,10 @@ def build_eval_sets(args, out: Path) -> dict:
     pm = pm[pm.mesh.map(lambda m: m is not None and len(m) > 0)
             & np.array([_has_text(t, a) for t, a in zip(pm.title, pm.abstract)], bool)].reset_index(drop=True)
     need = set(el.paper_id)
+    vt = seed_triplets(out, 2 if (out / "h2").is_dir() else 0)      # the validation triplets' accuracy
+    vt = vt[(vt.split == SPLIT_VAL) & vt.anchor_id.isin(text_ids) & vt.positive_id.isin(text_ids)
+            & vt.negative_id.isin(text_ids)].reset_index(drop=True)
+    need.update(vt.anchor_id, vt.positive_id, vt.negative_id)
     for qrels in [*qrels_sets.values(), graded, *facet_sets.values()]:
         for q, c in qrels.items():
             need.add(q)
@@ -501,6 +540,7 @@ def build_eval_sets(args, out: Path) -> dict:
     texts = papers[papers.paper_id.isin(need)][["paper_id", "title", "abstract"]]
     texts = pd.concat([texts, pm[["paper_id", "title", "abstract"]]]).drop_duplicates("paper_id")
     return {"qrels": qrels_sets, "elife": el[["paper_id", "label"]].reset_index(drop=True), "pubmed": pm,
+            "val_triplets": vt, "chunks": paragraph_chunks(args, out, val, src) if fulltext(args) else None,
             "texts": texts.reset_index(drop=True), "val_anchors": len(val),
             "eligible": {**eligible, "graded": graded_eligible, **{f"facet-{f}": n for f, n in facet_eligible.items()}},
             "graded": graded, "facets": facet_sets}
@@ -558,6 +598,45 @@ def facet_qrels(args, out: Path, anchors: set, text_ids: set, src: dict, pools: 
                 sets[f][q] = {**{p: int(p in rel) for p in sorted(cited)}, **{p: 0 for p in neg}}
     eligible = {f: len(q) for f, q in sets.items()}
     return sets, eligible
+
+
+PARA_ANCHORS = 100      # (f): held-out anchors with sections, at most
+PARA_CHUNKS = 20        # (f): chunks a paper, at most (a seeded sample, in order)
+
+
+def paragraph_chunks(args, out: Path, val: set, source_of: dict) -> pd.DataFrame:
+    """(f)'s chunks: at most PARA_ANCHORS held-out anchors of the training corpus (eLife, ScisummNet) that
+    have sections, and every unArXive sample paper; each paper's sections chunked as CoSAEmb reads them
+    (encoders.embed.chunks.paper_chunks: the base tokenizer with the section tags, max_length), at most
+    PARA_CHUNKS a paper. `text` keeps the tags (for CoSAEmb models), `plain` drops them (other models, BM25)."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from encoders.embed.chunks import paper_chunks
+    from encoders.fulltext.chunks import SPECIAL_TOKENS, add_special_tokens
+    from encoders.fulltext.sections_table import paper_sections, section_paper_ids
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(args.model), local_files_only=True)
+    add_special_tokens(tok)
+    tags = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS) + r"\s*")
+    rng = np.random.default_rng(args.eval_seed)
+    rows = []
+    for run, pick in (("shared", True), ("unarxive", False)):
+        lay = RunLayout(out / run)
+        have = section_paper_ids(lay.table("sections"))
+        ids = sorted(have & val) if pick else sorted(have)
+        if pick and len(ids) > PARA_ANCHORS:
+            ids = sorted(rng.choice(ids, PARA_ANCHORS, replace=False).tolist())
+        titles = dict(read_table(lay.table("papers"), columns=["paper_id", "title"]).to_pandas()
+                      .drop_duplicates("paper_id").itertuples(index=False, name=None))
+        for pid, secs in paper_sections(lay.table("sections"), set(ids)):
+            chunks = list(paper_chunks(titles.get(pid), secs, tok, args.max_length))
+            if len(chunks) > PARA_CHUNKS:
+                chunks = [chunks[i] for i in sorted(rng.choice(len(chunks), PARA_CHUNKS, replace=False))]
+            src = source_of.get(pid, "unarxive") if pick else "unarxive"
+            rows += [(pid, src, pos, cls, k, text, tags.sub("", text).strip()) for pos, cls, k, text in chunks]
+    return pd.DataFrame(rows, columns=["paper_id", "source", "position", "section_class", "chunk", "text", "plain"])
 
 
 def importance_graded_sets(args, out: Path, val: set, text_ids: set) -> tuple[dict, int]:
@@ -641,24 +720,47 @@ def baseline_curves(args, out: Path, pm: pd.DataFrame, mv, crit) -> tuple[dict, 
     return res, False
 
 
-def embed_eval_texts(args, spec, texts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
-    """The model's main vectors of the texts and, for a model with a "facets" view (flew, unifar), its
-    facet vectors (n x 3 x dim), from one forward in the embed stage's own way (ViewsForward: the
-    objective's input text and main vector; FLeW's main vector at its default, equal weights)."""
-    from encoders.embed import embed_texts
-    from encoders.embed.views import ViewsForward, main_dim, objective_views, split, width
-    from encoders.model import load_encoder
+class EvalEncoder:
+    """A model as the embed stage runs it: its objective's input text, main vector (SciJEPa: of `branch`) and
+    views (ViewsForward), or the plain pooled forward for a model without an own main vector or views."""
 
-    enc = load_encoder(str(spec), None, args.max_length, "cpu")
-    objective, specs = objective_views(enc)
-    if "facets" not in specs:
-        return embed_texts(enc, enc.texts(texts.title, texts.abstract), batch_size=64, precision="float32"), None
-    docs = [objective.input_text(t, a, enc.sep) for t, a in zip(texts.title, texts.abstract)]
-    dim = main_dim(enc, objective)
-    rows = embed_texts(enc, docs, batch_size=64, precision="float32", forward=ViewsForward(enc, objective, specs),
-                       width=width(dim, specs))
-    main, views = split(rows, dim, specs)
-    return main, views["facets"]
+    def __init__(self, args, spec, branch: str = "online"):
+        from encoders.config import EmbedConfig
+        from encoders.embed.views import main_dim, objective_views, own_main_vector
+        from encoders.model import load_encoder
+
+        self.enc = load_encoder(str(spec), None, args.max_length, "cpu")
+        self.objective, self.specs = objective_views(self.enc)
+        if self.objective is not None:
+            self.objective.embed_settings = EmbedConfig(branch=branch)
+            self.objective.check_embed(self.objective.embed_settings)
+        self.own = bool(self.specs) or own_main_vector(self.objective)
+        self.dim = main_dim(self.enc, self.objective)
+
+    def paper_texts(self, titles, abstracts) -> list[str]:
+        if self.objective is None:
+            return self.enc.texts(titles, abstracts)
+        return [self.objective.input_text(t, a, self.enc.sep) for t, a in zip(titles, abstracts)]
+
+    def embed(self, docs: list[str]) -> tuple[np.ndarray, dict]:
+        """Main vectors of the texts and each view's (n x K x dim)."""
+        from encoders.embed import embed_texts
+        from encoders.embed.views import ViewsForward, split, width
+
+        if not self.own:
+            return embed_texts(self.enc, docs, batch_size=64, precision="float32"), {}
+        rows = embed_texts(self.enc, docs, batch_size=64, precision="float32",
+                           forward=ViewsForward(self.enc, self.objective, self.specs), width=width(self.dim, self.specs))
+        return split(rows, self.dim, self.specs)
+
+
+def embed_eval_texts(args, spec, texts: pd.DataFrame, branch: str = "online") -> tuple[np.ndarray, np.ndarray | None, EvalEncoder]:
+    """The model's main vectors of the texts and, for a model with a "facets" view (flew, unifar), its
+    facet vectors (n x 3 x dim), from one forward in the embed stage's own way (FLeW's main vector at its
+    default, equal weights; SciJEPa's of `branch`); and the EvalEncoder, for more texts."""
+    model = EvalEncoder(args, spec, branch)
+    main, views = model.embed(model.paper_texts(texts.title, texts.abstract))
+    return main, views.get("facets"), model
 
 
 def facet_retrieval(sets: dict, idx: dict, emb: dict, facets: np.ndarray | None) -> dict:
@@ -712,9 +814,10 @@ def flew_weight_search(qrels: dict, idx: dict, facets: np.ndarray, step: float =
 
 
 def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with=None,
-                   objective: str | None = None) -> dict:
+                   objective: str | None = None, branch: str = "online") -> dict:
     """Metrics (a)-(d) of one encoder; (c) is its 20-NN graph's curve ("mesh_sweep") and, when
-    `hybrid_with` (the PubMed BM25 graph) is given, the hybrid's ("mesh_hybrid_sweep")."""
+    `hybrid_with` (the PubMed BM25 graph) is given, the hybrid's ("mesh_hybrid_sweep"); the validation
+    triplets' accuracy, the geometry, and with the full-text objectives (f) paragraph retrieval."""
     import torch
 
     from mapping.evaluation.scidocs import evaluate_graded, evaluate_ranking, svm_macro_f1
@@ -722,7 +825,7 @@ def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with
     torch.set_num_threads(args.threads)
     texts = ev["texts"]
     t = time.time()
-    X, facets = embed_eval_texts(args, spec, texts)
+    X, facets, model = embed_eval_texts(args, spec, texts, branch)
     emb_s = time.time() - t
     if cosine:  # the model's own score: L2 on unit vectors ranks as cosine
         X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
@@ -753,7 +856,124 @@ def evaluate_model(args, spec, ev: dict, crit, cosine: bool = False, hybrid_with
         hg = hybrid("encoder + BM25", [(g, HYBRID_W), (hybrid_with, 1.0 - HYBRID_W)])
         res["mesh_hybrid_sweep"] = graph_curve(args, hg, crit)
     res["mesh_s"] = round(time.time() - t, 1)
+    res.update(triplet_accuracy(ev["val_triplets"], idx, X))
+    res.update(geometry_of(X, idx, ev["qrels"]["cite"]))
+    if ev.get("chunks") is not None:
+        ch = ev["chunks"]
+        tagged = base_objective(objective or "") == "cosaemb"      # read with its tags; the others plain text
+        V, _ = model.embed(list(ch.text if tagged else ch.plain))
+        res.update(paragraph_figures(ch, V))
     return res
+
+
+SCIJEPA_BRANCHES = ("online", "predictor", "target")
+PARA_BM25 = "bm25 paragraphs"
+
+
+def branch_name(name: str, branch: str) -> str:
+    return f"{name} [{branch}]"
+
+
+def paragraph_bm25(ch: pd.DataFrame) -> dict:
+    """(f) by BM25 over the chunks' words (tags dropped): the text baseline."""
+    from mapping.evaluation.paragraphs import bm25_topk
+
+    src, dst, _ = bm25_topk(list(ch.plain), 3)
+    return paragraph_row(src, dst, ch)
+
+
+def fulltext_stats(args, out: Path, ch: pd.DataFrame) -> dict:
+    """Per source: papers with sections, sections by class, SciJEPa's tasks by rule, CoSAEmb's chunks (from the
+    first seed's item store, when trained) and (f)'s papers and chunks."""
+    from encoders.fulltext.pairs import RULES, section_pairs
+    from encoders.fulltext.sections_table import paper_sections, strip_positions
+
+    stats: dict = {}
+    for run in ("shared", "unarxive"):
+        lay = RunLayout(out / run)
+        papers = read_table(lay.table("papers"), columns=["paper_id", "title", "abstract", "source"]).to_pandas() \
+            .drop_duplicates("paper_id").set_index("paper_id")
+        for pid, secs in paper_sections(lay.table("sections")):
+            src = papers.source.get(pid, run)
+            d = stats.setdefault(src, {"papers": 0, "sections": {}, "tasks": {r: {} for r in RULES}})
+            d["papers"] += 1
+            for _, cls, _, _ in secs:
+                d["sections"][cls or ""] = d["sections"].get(cls or "", 0) + 1
+            for r in RULES:
+                for task, *_ in section_pairs(papers.title.get(pid), papers.abstract.get(pid), strip_positions(secs), r):
+                    d["tasks"][r][task] = d["tasks"][r].get(task, 0) + 1
+    store = next(iter(sorted((out / "models").glob("h2-s*-cosaemb/train_tokens/cosaemb_tokens-*"))), None) \
+        if (out / "models").is_dir() else None
+    if store is not None:
+        from encoders.training.item_store import open_store
+
+        items = [i for i in open_store(store).items.column("item_id").to_pylist() if i.startswith("c:")]
+        source = read_table(out / "shared" / "papers", columns=["paper_id", "source"]).to_pandas() \
+            .drop_duplicates("paper_id").set_index("paper_id").source
+        for pid in (i[2:].rsplit(":", 2)[0] for i in items):
+            d = stats.setdefault(source.get(pid, "?"), {})
+            d["chunks"] = d.get("chunks", 0) + 1
+    for src, grp in ch.groupby("source"):
+        stats.setdefault(src, {})["paragraph_set"] = {"papers": int(grp.paper_id.nunique()), "chunks": int(len(grp))}
+    return stats
+
+
+def training_stats(args, out: Path) -> dict:
+    """Per objective: the trained models' train seconds, rows read (triplets / pairs) and distinct texts
+    and tokens read, from their train.done records (mean over seeds)."""
+    res = {}
+    for o in args.objectives:
+        recs = [json.loads((model_dir(args, out, h, s, o) / "train.done").read_text()) for h in args.H for s in args.seeds
+                if (model_dir(args, out, h, s, o) / "train.done").exists()]
+        if recs:
+            tr = [r["summary"].get("training", {}) for r in recs]
+            res[o] = {"models": len(recs), "train_seconds": float(np.mean([r["summary"]["train_seconds"] for r in recs])),
+                      **{k: float(np.mean([t.get(k, np.nan) for t in tr])) for k in
+                         ("triplets_seen", "papers_seen", "tokens_seen")}}
+    return res
+
+
+def triplet_accuracy(trip: pd.DataFrame, idx: dict, X: np.ndarray) -> dict:
+    """The held-out seed triplets (val split): the share whose positive is nearer the anchor than the negative
+    (L2 on the vectors as the model is scored: unit for cosine models), overall and by negative kind."""
+    if trip is None or not len(trip):
+        return {}
+    a, p, n = (X[[idx[i] for i in trip[c]]] for c in ("anchor_id", "positive_id", "negative_id"))
+    ok = np.linalg.norm(a - p, axis=1) < np.linalg.norm(a - n, axis=1)
+    kinds = trip["negative_kind"].to_numpy()
+    return {"val_acc": float(ok.mean()), "val_triplets": int(len(trip)),
+            **{f"val_acc_{k}": float(ok[kinds == k].mean()) for k in sorted(set(kinds))}}
+
+
+def geometry_of(X: np.ndarray, idx: dict, qrels: dict) -> dict:
+    """METHODS.md §7.2 on the evaluation texts' main vectors; alignment over the cite task's (anchor, cited) pairs."""
+    from mapping.evaluation.geometry import geometry
+
+    pairs = [(idx[q], idx[c]) for q, cands in qrels.items() for c, r in cands.items() if r > 0 and q in idx and c in idx]
+    a, b = (np.asarray([x[i] for x in pairs], np.int64) for i in (0, 1))
+    g = geometry(X, X[a], X[b])
+    return {"geo_alignment": g.get("alignment"), "geo_uniformity": g["uniformity"],
+            "geo_spectrum": g["spectrum_deviation"], "geo_rank": g["spectrum_effective_rank"], "geo_pairs": len(pairs)}
+
+
+def paragraph_figures(ch: pd.DataFrame, V: np.ndarray) -> dict:
+    """(f) recall@1 / @3 of a same-paper chunk and of an other-section one, all chunks and unArXive's alone."""
+    from mapping.evaluation.paragraphs import dense_topk
+
+    src, dst, _ = dense_topk(V, 3)
+    return paragraph_row(src, dst, ch)
+
+
+def paragraph_row(src, dst, ch: pd.DataFrame) -> dict:
+    from mapping.evaluation.paragraphs import paragraph_recall
+
+    out = {}
+    for name, mask in (("", None), ("_unarxive", (ch.source == "unarxive").to_numpy())):
+        r = paragraph_recall(src, dst, ch.paper_id, ch.position, queries=mask)
+        out.update({f"para{name}_r1": r["recall@1_same_paper"], f"para{name}_r3": r["recall@3_same_paper"],
+                    f"para{name}_o1": r["recall@1_other_section"], f"para{name}_o3": r["recall@3_other_section"],
+                    f"para{name}_queries": r["queries_same_paper"]})
+    return out
 
 
 def mesh_vectors(pm: pd.DataFrame):
@@ -770,9 +990,15 @@ BASE_METRICS = [("cite_map", "cite MAP"), ("cite_ndcg", "cite nDCG"), ("cite-ft_
 FACET_METRICS = [("facet_map", "facet MAP"), ("facet_ndcg", "facet nDCG")]
 
 
+FULLTEXT_METRICS = [("val_acc", "val triplet acc."), ("para_r1", "(f) R@1 paper"), ("para_r3", "(f) R@3 paper"),
+                    ("para_o1", "(f) R@1 other section"), ("para_o3", "(f) R@3 other section"),
+                    ("geo_alignment", "alignment"), ("geo_uniformity", "uniformity"), ("geo_spectrum", "spectrum dev.")]
+
+
 def metrics(args) -> list[tuple[str, str]]:
     return BASE_METRICS + (FACET_METRICS if facet_signal(args) != "none" else []) \
-        + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] + [("mesh_rel_acc", "MeSH rel. acc.")]
+        + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] + [("mesh_rel_acc", "MeSH rel. acc.")] \
+        + (FULLTEXT_METRICS if fulltext(args) else [])
 
 
 def hybrid_name(name: str) -> str:
@@ -860,7 +1086,15 @@ def objectives_note(args) -> str:
                      "optimizer state: a threefold budget in memory, not in steps)",
              "unifar": "unifar (facet anchors + attention over sentences, facet InfoNCE τ 0.08 + KL λ 0.3→0.5, "
                        "cosine, on the facet triplets)",
-             "unifar_nokl": "unifar_nokl (the same without the KL term)"}
+             "unifar_nokl": "unifar_nokl (the same without the KL term)",
+             "cosaemb": "cosaemb (section chunks, local / global / inter-document rows, squared L2, margins 1/2/3, "
+                        "main vector = the abstract view)",
+             "cosaemb_equal": "cosaemb_equal (the same with margins 1/1/1)",
+             "scijepa": "scijepa (title+abstract → method, method → conclusion by section class; EMA target "
+                        "0.996→0.999, predictor, 1 − cos + 0.0025·SIGReg; encoder lr 5e-6, predictor 1e-4; online branch "
+                        "unless named)",
+             "scijepa_l0": "scijepa_l0 (the same without SIGReg)",
+             "section_cl": "section_cl (InfoNCE, scale 20, on scijepa's pairs, encoder lr 5e-6)"}
     return ", ".join(notes.get(o, o) for o in args.objectives)
 
 
@@ -884,7 +1118,14 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
         if 2 in args.H:
             groups["H=2 + BM25 (hybrid 0.5/0.5" + ("" if obj == "triplet" else f", {obj}") + ")"] = \
                 [hybrid_name(model_name(2, s, obj)) for s in args.seeds]
+    if "scijepa" in args.objectives:
+        for h in sorted(args.H):
+            for b in SCIJEPA_BRANCHES[1:]:
+                groups[f"H={h} (scijepa, {b} branch, seed {args.seeds[0]})"] = [branch_name(model_name(h, args.seeds[0], "scijepa"), b)]
     groups.update({label: [n] for n, label in BASELINES.items()})
+    if data.get("paragraph_bm25"):
+        entries[PARA_BM25] = data["paragraph_bm25"]
+        groups["BM25 over the chunks ((f) baseline)"] = [PARA_BM25]
     groups = {g: names for g, names in groups.items() if any(n in entries for n in names)}
     rows = {g: {k: [entries[n].get(k) for n in names if n in entries] for k, _ in METRICS}
             for g, names in groups.items()}
@@ -910,6 +1151,10 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
         contrasts += [(f"H={h}: {obj} − triplet", [(model_name(h, s, obj), model_name(h, s, "triplet"))
                                                    for s in args.seeds])
                       for h in sorted(args.H) for obj in args.objectives if obj != "triplet"]
+    for obj, abl, what in (("cosaemb", "cosaemb_equal", "graded − equal margins"), ("scijepa", "scijepa_l0", "SIGReg λ 0.0025 − 0")):
+        if {obj, abl} <= set(args.objectives):
+            contrasts += [(f"H={h}: {obj} − {abl} ({what})", [(model_name(h, s, obj), model_name(h, s, abl))
+                                                               for s in args.seeds]) for h in sorted(args.H)]
     if {"unifar", "unifar_nokl"} <= set(args.objectives):
         contrasts += [(f"H={h}: unifar − unifar_nokl (the KL term)", [(model_name(h, s, "unifar"),
                                                                       model_name(h, s, "unifar_nokl")) for s in args.seeds])
@@ -964,6 +1209,8 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               "gives on these inputs.",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
+    if fulltext(args):
+        lines += fulltext_report(args, data)
     if facet_signal(args) != "none":
         lines += facet_report(args, data, groups, entries)
     if curves:
@@ -984,6 +1231,49 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
         if plot is not None:
             lines += ["", f"Curves (Fig. 5 style): `{plot.name}`."]
     return "\n".join(lines) + "\n"
+
+
+def fulltext_report(args, data: dict) -> list[str]:
+    """The full-text objectives' inputs per source, (f)'s set, the extra columns, and what each objective read."""
+    from encoders.fulltext.pairs import RULES, TASKS
+
+    ft, tr = data.get("fulltext") or {}, data.get("training") or {}
+    lines = ["", "### Full-text inputs and what the models read", "",
+             "Sections (`[ingest] keep_sections`), CoSAEmb's chunks (max_length "
+             f"{args.max_length}, from the first seed's item store) and SciJEPa's tasks by rule (class: the method is "
+             "the M sections, the conclusion D else R; position: the paper's heading-then-position rule), per source:", "",
+             "| source | papers with sections | sections I / M / R / D / O | chunks | "
+             + " | ".join(f"{r}: {t}" for r in RULES for t in TASKS) + " | (f) papers / chunks |",
+             "|---|---|---|---|" + "---|" * (len(RULES) * len(TASKS)) + "---|"]
+    for src, d in sorted(ft.items()):
+        sec = d.get("sections", {})
+        para = d.get("paragraph_set", {})
+        lines.append(f"| {src} | {d.get('papers', '—')} | " + " / ".join(str(sec.get(c, 0)) for c in "IMRDO")
+                     + f" | {d.get('chunks', '—')} | " + " | ".join(str(d.get("tasks", {}).get(r, {}).get(t, 0))
+                                                                for r in RULES for t in TASKS)
+                     + f" | {para.get('papers', 0)} / {para.get('chunks', 0)} |")
+    lines += ["", "(f) full-text paragraph retrieval: the chunks of at most "
+              f"{PARA_ANCHORS} held-out anchors with sections (eLife, ScisummNet; never trained on) and of the unArXive "
+              f"sample's papers, at most {PARA_CHUNKS} a paper (seeded); each chunk queries all the others by cosine "
+              "(BM25: over the words); 'R@k paper' = a chunk of the same paper among the k nearest, 'R@k other "
+              "section' = one of the same paper from another section (queries whose paper has one). CoSAEmb models "
+              "read the chunks with their section tags, the others without. 'val triplet acc.' = the held-out seed "
+              "triplets whose positive is nearer the anchor than the negative (the model's own distance). Geometry "
+              "(METHODS.md §7.2) of the main vectors of every evaluation text; alignment over the cite task's "
+              "(anchor, cited) pairs.", ""]
+    if data.get("paragraph_bm25"):
+        b = data["paragraph_bm25"]
+        lines += [f"unArXive's queries alone, BM25: R@1 paper {b.get('para_unarxive_r1')}, R@1 other section "
+                  f"{b.get('para_unarxive_o1')} ({b.get('para_unarxive_queries')} queries); per model in the .json "
+                  "(para_unarxive_*).", ""]
+    if tr:
+        lines += ["What each objective's models read (mean over its models): train seconds, rows (triplets or pairs, "
+                  "with repeats), distinct texts, tokens (a pair's target once).", "",
+                  "| objective | models | train s | rows | texts | tokens |", "|---|---|---|---|---|---|"]
+        for o, d in tr.items():
+            lines.append(f"| {o} | {d['models']} | {d['train_seconds']:.0f} | {d['triplets_seen']:.0f} | "
+                         f"{d['papers_seen']:.0f} | {d['tokens_seen']:.0f} |")
+    return lines
 
 
 def facet_report(args, data: dict, groups: dict, entries: dict) -> list[str]:
@@ -1042,8 +1332,9 @@ def main() -> None:
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     ap.add_argument("--objectives", nargs="+", default=["triplet"], choices=[*OBJECTIVES, *VARIANTS],
                     help="training objectives, each trained for every (H, seed)")
-    ap.add_argument("--no-kl-ablation", dest="kl_ablation", action="store_false",
-                    help="with unifar: do not also train unifar_nokl (UniFAR without its KL term)")
+    ap.add_argument("--no-ablations", "--no-kl-ablation", dest="ablations", action="store_false",
+                    help="do not also train the ablations: unifar_nokl (UniFAR without its KL term), cosaemb_equal "
+                    "(CoSAEmb with equal margins), scijepa_l0 (SciJEPa without SIGReg)")
     ap.add_argument("--facet-signal", default="intent", choices=["intent", "section"],
                     help="facet objectives: the facet triplets' and facet task's signal (importance facet_signal)")
     ap.add_argument("--intent-classifier", help="facet signal intent: a classifier from jobs/facets.py intent-train "
@@ -1067,10 +1358,12 @@ def main() -> None:
     ap.add_argument("--granularities", type=float, nargs="+", default=[20.0, 50.0, 100.0],
                     help="(c): the G at which the table reports accuracy")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--train-only", action="store_true",
+                    help="prepare the data and train every model, evaluate nothing (a later run evaluates them)")
     ap.add_argument("--report-only", action="store_true",
                     help="train and evaluate nothing new: rebuild the results file from the finished models")
     args = ap.parse_args()
-    args.objectives = expand_objectives(args.objectives, args.kl_ablation)
+    args.objectives = expand_objectives(args.objectives, args.ablations)
     check_facet_inputs(args)
     os.chdir(REPO)
     out = Path(args.out).resolve()
@@ -1083,6 +1376,12 @@ def main() -> None:
     split_abstracts(args, out)
     data["triplets"] = triplet_stats(out, args.H, facet_signal(args) != "none")
     say(f"triplets: {data['triplets']}")
+    if args.train_only:
+        for s in args.seeds:
+            for h in args.H:
+                for o in args.objectives:
+                    train_model(args, out, h, s, o)
+        return
     ev = build_eval_sets(args, out)
     data.update(cls_n=len(ev["elife"]), cls_classes=int(ev["elife"].label.nunique()), mesh_n=len(ev["pubmed"]),
                 val_anchors=ev["val_anchors"], eval_texts=len(ev["texts"]), cite_eligible=ev["eligible"])
@@ -1114,7 +1413,16 @@ def main() -> None:
     # Seeds in the outer loop, so an interrupted run still has matched H=0 / H=2 pairs to report.
     todo = [("base", None, None, None)] + [(model_name(h, s, o), h, s, o) for s in args.seeds for h in args.H
                                            for o in args.objectives]
+    # SciJEPa's other branches (predictor, EMA target) on the first seed
+    todo += [(branch_name(model_name(h, args.seeds[0], "scijepa"), b), h, args.seeds[0], "scijepa")
+             for h in args.H for b in SCIJEPA_BRANCHES[1:] if "scijepa" in args.objectives]
+    if ev["chunks"] is not None:
+        data["fulltext"] = fulltext_stats(args, out, ev["chunks"])
+        t = time.time()
+        data["paragraph_bm25"] = paragraph_bm25(ev["chunks"])
+        say(f"(f) BM25 over {len(ev['chunks'])} chunks in {time.time() - t:.0f}s: {data['paragraph_bm25']}")
     for name, h, seed, objective in todo:
+        branch = name.rsplit("[", 1)[1].rstrip("]") if name.endswith("]") else "online"
         if args.report_only and h is not None and not (model_dir(args, out, h, seed, objective) / "train.done").exists():
             continue
         spec = args.model if h is None else train_model(args, out, h, seed, objective)
@@ -1130,7 +1438,7 @@ def main() -> None:
             if h == 2 and bm25 is None:
                 bm25 = bm25_pubmed(ev["pubmed"])
             per_model[name] = evaluate_model(args, spec, ev, crit, cosine=objective is not None and trained_on_cosine(objective),
-                                             hybrid_with=bm25 if h == 2 else None, objective=objective)
+                                             hybrid_with=bm25 if h == 2 else None, objective=objective, branch=branch)
             cached = json.loads(cache.read_text()) if cache.exists() else {}  # re-read: merge, never clobber
             cached[key] = per_model[name]
             _mark(cache, cached)
@@ -1143,7 +1451,13 @@ def main() -> None:
         if args.report_only and prev:  # keep the measuring run's command, wall time and load
             data.update({k: prev[k] for k in ("command", "wall_s", "load_start", "load_end") if k in prev})
         data["models_done"] = list(per_model)
+        data["training"] = training_stats(args, out)
         data["from_cache"] = sorted(from_cache)
+        md = report(args, out, per_model, data, baselines, plot, from_cache)
+        _mark(res_json, {"args": vars(args), "data": data, "models": per_model, "baselines": baselines})
+        write_text_atomic(res_md, md)
+    if ev["chunks"] is not None and per_model:   # CoSAEmb's chunks per source, from a store trained in this run
+        data["fulltext"] = fulltext_stats(args, out, ev["chunks"])
         md = report(args, out, per_model, data, baselines, plot, from_cache)
         _mark(res_json, {"args": vars(args), "data": data, "models": per_model, "baselines": baselines})
         write_text_atomic(res_md, md)

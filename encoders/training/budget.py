@@ -158,7 +158,9 @@ def seen(data: TripletTokens, cfg: TrainConfig, world: int, steps: int, epoch_st
     n = len(data.train["a"])
     per_rank = math.ceil(n / world)
     lengths = data.paper_lengths()
-    triplet_tokens = lengths[data.train["a"]] + lengths[data.train["p"]] + lengths[data.train["n"]]
+    # a pair store's rows repeat the target as their negative (n = p; SciJEPa, section_cl): read once
+    triplet_tokens = lengths[data.train["a"]] + lengths[data.train["p"]] + \
+        np.where(data.train["n"] != data.train["p"], lengths[data.train["n"]], 0)
     hit = np.zeros(n, bool)
     draws = tokens = 0
     for epoch in range(math.ceil(steps / epoch_steps)):

@@ -48,9 +48,10 @@ def bm25_topk(texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return sparse_topk(Q, D, k, label="BM25 chunk top-k")
 
 
-def paragraph_recall(src: np.ndarray, dst: np.ndarray, paper, section, ks=KS) -> dict:
+def paragraph_recall(src: np.ndarray, dst: np.ndarray, paper, section, ks=KS, queries=None) -> dict:
     """recall@k of a same-paper chunk and of an other-section chunk of the same paper (see the module doc),
-    from directed neighbour lists (src, dst) in best-first order per src."""
+    from directed neighbour lists (src, dst), grouped by src in ascending order, best first within;
+    `queries`: a boolean mask of the chunks whose queries count (all by default; they still rank every chunk)."""
     paper, section = np.asarray(paper, object), np.asarray(section, object)
     n = len(paper)
     _, paper_no = np.unique(paper, return_inverse=True)
@@ -58,8 +59,9 @@ def paragraph_recall(src: np.ndarray, dst: np.ndarray, paper, section, ks=KS) ->
     sections_of = {}
     for p, s in zip(paper_no, section):
         sections_of.setdefault(p, set()).add(s)
-    has_other_chunk = chunks_of[paper_no] > 1
-    has_other_section = np.asarray([len(sections_of[p]) > 1 for p in paper_no], bool)
+    counted = np.ones(n, bool) if queries is None else np.asarray(queries, bool)
+    has_other_chunk = (chunks_of[paper_no] > 1) & counted
+    has_other_section = np.asarray([len(sections_of[p]) > 1 for p in paper_no], bool) & counted
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     rank = np.arange(len(src)) - np.searchsorted(src, src, side="left")     # place in its query's list
     same = paper_no[dst] == paper_no[src]

@@ -127,13 +127,18 @@ def test_the_table_marks_the_rows_read_from_the_cache(quality, tmp_path):
     assert "'cached': how many of the row's models" in md
 
 
-def test_unifar_brings_its_kl_ablation_and_variants_train_their_base_objective(quality):
+def test_objectives_bring_their_ablations_and_variants_train_their_base_objective(quality):
     assert quality.expand_objectives(["triplet", "unifar", "flew"]) == ["triplet", "unifar", "unifar_nokl", "flew"]
-    assert quality.expand_objectives(["unifar"], kl_ablation=False) == ["unifar"]
+    assert quality.expand_objectives(["unifar"], ablations=False) == ["unifar"]
     assert quality.expand_objectives(["triplet", "flew"]) == ["triplet", "flew"]
+    assert quality.expand_objectives(["triplet", "cosaemb", "scijepa", "section_cl"]) == \
+        ["triplet", "cosaemb", "cosaemb_equal", "scijepa", "scijepa_l0", "section_cl"]
     assert quality.base_objective("unifar_nokl") == "unifar" and quality.is_facet_objective("unifar_nokl")
-    assert not quality.is_facet_objective("triplet")
+    assert quality.base_objective("scijepa_l0") == "scijepa" and quality.is_fulltext_objective("cosaemb_equal")
+    assert not quality.is_facet_objective("triplet") and not quality.is_fulltext_objective("flew")
     assert quality.trained_on_cosine("unifar_nokl") and not quality.trained_on_cosine("flew")
+    assert quality.trained_on_cosine("scijepa_l0") and quality.trained_on_cosine("section_cl")
+    assert not quality.trained_on_cosine("cosaemb")
 
 
 def test_flew_weights_are_picked_on_one_half_and_reported_on_the_other(quality):

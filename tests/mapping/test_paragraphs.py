@@ -25,6 +25,10 @@ def test_recall_of_same_paper_and_other_section_by_hand():
     assert r["queries_other_section"] == 3 and r["recall@1_other_section"] == 0.0
     assert r["recall@3_other_section"] == pytest.approx(2 / 3)
     assert (r["chunks"], r["papers"]) == (6, 3)
+    # only paper B's queries counted (they still rank every chunk): 3 -> [5, 0, 4], 4 -> [3, 0, 1]
+    b = paragraph_recall(src, dst, PAPER, SECTION, queries=np.array(PAPER) == "B")
+    assert b["queries_same_paper"] == 2 and b["recall@1_same_paper"] == 0.5 and b["recall@3_same_paper"] == 1.0
+    assert b["queries_other_section"] == 0 and b["recall@1_other_section"] is None
 
 
 def test_a_short_list_misses_what_it_lacks():
