@@ -367,3 +367,21 @@ def _steps(enc, obj, batch, steps: int = 4) -> tuple[float, float]:
         opt.step()
         obj.after_step(enc, k + 1, steps)
     return before, loss()
+
+
+@pytest.mark.parametrize("objective", ["cosaemb", "section_cl"])
+def test_a_killed_run_resumes_bit_identically(tmp_path, fulltext_run, crash_at, objective):
+    """CoSAEmb resumes with its added tags (the resized embeddings are in the checkpoint), section_cl as any."""
+    from safetensors.torch import load_file
+
+    kw = {"cosaemb_margins": [40.0, 60.0, 80.0]} if objective == "cosaemb" else {}   # rows with a loss to follow
+    ref = fulltext_run(tmp_path / "ref")
+    run_train(_cfg(objective, **kw), ref)
+    lay = fulltext_run(tmp_path / "crash")
+    with pytest.raises(crash_at.error):
+        run_train(_cfg(objective, **kw), lay, after_step=crash_at(3))
+    assert run_train(_cfg(objective, **kw), lay)["resumed_from_step"] == 2
+    losses = [r["loss"] for r in read_log(ref.train_log) if r["kind"] == "train"]
+    assert [r["loss"] for r in read_log(lay.train_log) if r["kind"] == "train"] == losses and max(losses) > 0
+    a, b = load_file(str(ref.model_dir / "model.safetensors")), load_file(str(lay.model_dir / "model.safetensors"))
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
