@@ -172,7 +172,7 @@ def expand_objectives(objectives, ablations: bool = True) -> list[str]:
     return out
 
 
-def fulltext(args) -> bool:
+def uses_sections(args) -> bool:
     return any(is_fulltext_objective(o) for o in args.objectives)
 
 
@@ -295,7 +295,7 @@ def ingest_and_importance(args, out: Path, elife: Path, scisumm: Path) -> dict:
     signal = facet_signal(args)
     intents_done = shared.root / "intent_label.json"
     # the full-text objectives need the sections table: an ingest without it is redone (the same papers)
-    sections = fulltext(args)
+    sections = uses_sections(args)
     todo = [not _done(shared.root / "ingest.done") or (sections and not shared.table("sections").exists()),
             not _done(pubmed.root / "ingest.done")]
     # an importance run without the facet triplets a facet objective needs is redone (the seed's triplets
@@ -434,8 +434,9 @@ def train_model(args, out: Path, h: int, seed: int, objective: str = "triplet") 
 
     name = model_name(h, seed, objective)
     d = model_dir(args, out, h, seed, objective)
-    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets") + (("abstract_facets",) if is_facet_objective(objective) else ())
-                       + (("sections",) if is_fulltext_objective(objective) else ()))
+    lay = _link_tables(out / f"h{h}", d, ("papers", "triplets") + (("abstract_facets",) if is_facet_objective(objective) else ()))
+    if is_fulltext_objective(objective):    # the sections come with the ingest, not the importance run
+        _link_tables(out / "shared", d, ("sections",))
     if not _done(d / "train.done"):
         say(f"train {name} ({args.steps} steps, lr {args.lr:g}, objective {objective}, margin {args.margin:g}, "
             f"in-batch scale {args.in_batch_scale:g})")
@@ -540,7 +541,7 @@ def build_eval_sets(args, out: Path) -> dict:
     texts = papers[papers.paper_id.isin(need)][["paper_id", "title", "abstract"]]
     texts = pd.concat([texts, pm[["paper_id", "title", "abstract"]]]).drop_duplicates("paper_id")
     return {"qrels": qrels_sets, "elife": el[["paper_id", "label"]].reset_index(drop=True), "pubmed": pm,
-            "val_triplets": vt, "chunks": paragraph_chunks(args, out, val, src) if fulltext(args) else None,
+            "val_triplets": vt, "chunks": paragraph_chunks(args, out, val, src) if uses_sections(args) else None,
             "texts": texts.reset_index(drop=True), "val_anchors": len(val),
             "eligible": {**eligible, "graded": graded_eligible, **{f"facet-{f}": n for f, n in facet_eligible.items()}},
             "graded": graded, "facets": facet_sets}
@@ -899,8 +900,9 @@ def fulltext_stats(args, out: Path, ch: pd.DataFrame) -> dict:
             d["papers"] += 1
             for _, cls, _, _ in secs:
                 d["sections"][cls or ""] = d["sections"].get(cls or "", 0) + 1
+            title, abstract = (x if isinstance(x, str) else None for x in (papers.title.get(pid), papers.abstract.get(pid)))
             for r in RULES:
-                for task, *_ in section_pairs(papers.title.get(pid), papers.abstract.get(pid), strip_positions(secs), r):
+                for task, *_ in section_pairs(title, abstract, strip_positions(secs), r):
                     d["tasks"][r][task] = d["tasks"][r].get(task, 0) + 1
     store = next(iter(sorted((out / "models").glob("h2-s*-cosaemb/train_tokens/cosaemb_tokens-*"))), None) \
         if (out / "models").is_dir() else None
@@ -998,7 +1000,7 @@ FULLTEXT_METRICS = [("val_acc", "val triplet acc."), ("para_r1", "(f) R@1 paper"
 def metrics(args) -> list[tuple[str, str]]:
     return BASE_METRICS + (FACET_METRICS if facet_signal(args) != "none" else []) \
         + [(f"mesh_A{g:g}", f"MeSH A@G={g:g}") for g in args.granularities] + [("mesh_rel_acc", "MeSH rel. acc.")] \
-        + (FULLTEXT_METRICS if fulltext(args) else [])
+        + (FULLTEXT_METRICS if uses_sections(args) else [])
 
 
 def hybrid_name(name: str) -> str:
@@ -1209,7 +1211,7 @@ def report(args, out: Path, per_model: dict, data: dict, baselines: dict, plot: 
               "gives on these inputs.",
               f"Command: `{data.get('command')}`; wall time {data.get('wall_s', 0):.0f} s; "
               f"load average at start {data.get('load_start')}, at end {data.get('load_end')}."]
-    if fulltext(args):
+    if uses_sections(args):
         lines += fulltext_report(args, data)
     if facet_signal(args) != "none":
         lines += facet_report(args, data, groups, entries)

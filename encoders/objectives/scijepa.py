@@ -59,8 +59,10 @@ class ScijepaObjective(SectionPairObjective):
     # -- the loss
     def sigreg(self, online: torch.Tensor) -> torch.Tensor:
         z = standardise(F.normalize(online.float(), dim=-1))
-        dirs = slice_directions(z.shape[1], SLICES, self.cfg.seed, self.step_now, z.device)
-        return sigreg(z, dirs)
+        key = (self.step_now, z.shape[1], str(z.device))
+        if getattr(self, "_dirs_key", None) != key:   # drawn once a step, shared by its micro-batches
+            self._dirs_key, self._dirs = key, slice_directions(z.shape[1], SLICES, self.cfg.seed, self.step_now, z.device)
+        return sigreg(z, self._dirs)
 
     def batch_loss(self, enc, batch) -> torch.Tensor:
         contexts, targets = self.halves(batch, enc.device)
