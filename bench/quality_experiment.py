@@ -225,8 +225,11 @@ def _link_tables(src: Path, dest: Path, names) -> RunLayout:
     dest.mkdir(parents=True, exist_ok=True)
     for n in names:
         link = dest / n
+        target = (src / n).resolve()
+        if link.is_symlink() and link.resolve() != target:   # a link to another table (or to none): replaced
+            link.unlink()
         if not link.exists():
-            link.symlink_to((src / n).resolve())
+            link.symlink_to(target)
     return RunLayout(dest)
 
 
@@ -949,7 +952,7 @@ def triplet_accuracy(trip: pd.DataFrame, idx: dict, X: np.ndarray) -> dict:
 
 def geometry_of(X: np.ndarray, idx: dict, qrels: dict) -> dict:
     """METHODS.md §7.2 on the evaluation texts' main vectors; alignment over the cite task's (anchor, cited) pairs."""
-    from mapping.evaluation.geometry import geometry
+    from sciencemap.geometry import geometry
 
     pairs = [(idx[q], idx[c]) for q, cands in qrels.items() for c, r in cands.items() if r > 0 and q in idx and c in idx]
     a, b = (np.asarray([x[i] for x in pairs], np.int64) for i in (0, 1))

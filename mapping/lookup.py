@@ -363,24 +363,43 @@ TSV_COLUMNS = ("rank", "paper_id", "title", "year", "similarity", "cluster", "to
 SNIPPET_WIDTH = 70
 
 
+def open_chunks(layout: RunLayout) -> tuple[dict, list]:
+    """The chunks view's manifest and shard files; a run without a complete one is a UserError naming the fix."""
+    d = layout.chunks_view_dir
+    if not (d / "manifest.json").is_file():
+        raise UserError(f"{layout.root} has no chunks view: the paragraph look-up needs a model trained with "
+                        "[train] objective = \"cosaemb\" on a run with [ingest] keep_sections = true, then the embed stage")
+    manifest = json.loads((d / "manifest.json").read_text())
+    if not manifest.get("complete"):
+        raise UserError(f"{d}: the chunks view is incomplete ({len(manifest['finished_shards'])} of "
+                        f"{manifest['n_shards']} shards); run the embed stage again to finish it")
+    from sciencemap.embeddings import shard_name
+
+    return manifest, [d / shard_name(k) for k in manifest["finished_shards"]]
+
+
+def query_embedder(name: str = "chunks"):
+    """The function that embeds a query text for a view (entry-point group sciencemap.query_embedders: the
+    encoders package provides it; this package does not import it)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="sciencemap.query_embedders") if ep.name == name]
+    if not found:
+        raise UserError(f"no query embedder {name!r} is installed (entry points sciencemap.query_embedders); "
+                        "reinstall the project (pip install -e .)")
+    return found[0].load()
+
+
 def lookup_text(layout: RunLayout, text: str, k: int = 10, device: str = "auto") -> dict:
     """The k section chunks of the run nearest to `text` (cosine), from the chunks view
     (encoders.embed.chunks): the text is embedded with the model that embedded the chunks, then one pass
     over the view's shards keeps a running top k. Each hit: paper, title, section, chunk, similarity, text."""
-    from encoders.embed.chunks import open_chunks
-    from encoders.model import load_encoder, model_hash
-
     if not text or not text.strip():
         raise UserError("--text is empty: give a paragraph to look up")
     if k < 1:
         raise UserError(f"--k {k} must be at least 1")
     manifest, files = open_chunks(layout)
-    if model_hash(layout.model_dir) != manifest["model_hash"]:
-        raise UserError(f"{layout.model_dir} is not the model the chunks view was embedded with; run the embed "
-                        "stage again (with --restart) to embed the chunks with it")
-    enc = load_encoder(str(layout.model_dir), None, manifest["max_length"], device)
-    q = enc.encode_ids(enc.token_ids([clean_text(text)]))[0]
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    q = query_embedder("chunks")(layout, text, manifest, device)
     best_s, best = np.zeros(0, np.float32), []
     for f in files:
         t = pq.read_table(f, columns=["paper_id", "position", "section_class", "chunk", "text", "vector"])

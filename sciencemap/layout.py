@@ -27,6 +27,11 @@ class RunLayout:
         return self.root / "embeddings"
 
     @property
+    def chunks_view_dir(self) -> Path:
+        """The view `chunks`: a vector per section chunk (encoders.embed.chunks; `lookup --text`)."""
+        return self.root / "embeddings" / "views" / "chunks"
+
+    @property
     def vectors_dir(self) -> Path:
         """The mapping stages' memory-mapped unit vectors (sciencemap.vectors)."""
         return self.root / "vectors"

@@ -38,7 +38,7 @@ def chunk_schema(dim: int, dtype=pa.float32()) -> pa.Schema:
 
 
 def chunks_dir(layout: RunLayout) -> Path:
-    return layout.embeddings_dir / "views" / VIEW
+    return layout.chunks_view_dir
 
 
 def paper_chunks(title, secs, tokenizer, max_length: int):
@@ -115,17 +115,16 @@ def write_chunks_manifest(layout: RunLayout, enc, model_hash: str, n_shards: int
     return record
 
 
-def open_chunks(layout: RunLayout):
-    """The chunks view's manifest and shard files; a run without one is a UserError naming the fix."""
+def query_vector(layout: RunLayout, text: str, manifest: dict, device: str = "auto") -> np.ndarray:
+    """`lookup --text`'s query (entry point sciencemap.query_embedders "chunks"): the paragraph embedded by the
+    model that embedded the run's chunks view (checked by its weights' hash), unit length."""
+    from encoders.model import load_encoder, model_hash
     from sciencemap.runtime import UserError
+    from sciencemap.text import clean_text
 
-    out = chunks_dir(layout)
-    manifest_path = out / EMBEDDINGS_MANIFEST
-    if not manifest_path.is_file():
-        raise UserError(f"{layout.root} has no chunks view: the paragraph look-up needs a model trained with "
-                        "[train] objective = \"cosaemb\" on a run with [ingest] keep_sections = true, then the embed stage")
-    manifest = json.loads(manifest_path.read_text())
-    if not manifest.get("complete"):
-        raise UserError(f"{out}: the chunks view is incomplete ({len(manifest['finished_shards'])} of "
-                        f"{manifest['n_shards']} shards); run the embed stage again to finish it")
-    return manifest, [out / shard_name(k) for k in manifest["finished_shards"]]
+    if model_hash(layout.model_dir) != manifest["model_hash"]:
+        raise UserError(f"{layout.model_dir} is not the model the chunks view was embedded with; run the embed "
+                        "stage again (with --restart) to embed the chunks with it")
+    enc = load_encoder(str(layout.model_dir), None, manifest["max_length"], device)
+    q = enc.encode_ids(enc.token_ids([clean_text(text)]))[0]
+    return q / max(float(np.linalg.norm(q)), 1e-12)

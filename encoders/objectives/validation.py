@@ -68,9 +68,9 @@ def evaluate(objective: Objective, enc, data: dict, batch_size: int = 32) -> dic
 
 
 def geometry_figures(vectors, related_a, related_b) -> dict:
-    """The geometry diagnostics (mapping.evaluation.geometry, METHODS.md §7.2) of the validation papers'
+    """The geometry diagnostics (sciencemap.geometry, METHODS.md §7.2) of the validation papers'
     vectors, alignment over the (anchor, positive) pairs: "geometry_*" keys."""
-    from mapping.evaluation.geometry import geometry
+    from sciencemap.geometry import geometry
 
     if len(vectors) < 2:
         return {}

@@ -1,11 +1,11 @@
-"""Embedding geometry (mapping.evaluation.geometry): alignment, uniformity and the singular-spectrum
+"""Embedding geometry (sciencemap.geometry): alignment, uniformity and the singular-spectrum
 deviation on vectors whose values are known."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mapping.evaluation.geometry import alignment, geometry, spectrum, uniformity
+from sciencemap.geometry import alignment, geometry, spectrum, uniformity
 
 
 def test_alignment_is_zero_for_the_same_vectors_and_four_for_opposite_ones():
