@@ -66,16 +66,18 @@ def make_run(root: Path, ids, titles, abstracts, n_triplets: int) -> RunLayout:
     return lay
 
 
-def step_tokens(lay: RunLayout, cfg: TrainConfig, first: int, last: int) -> int:
-    """Real tokens the micro-batches of optimizer steps (first, last] read (epoch 0, one rank)."""
+def step_tokens(lay: RunLayout, cfg: TrainConfig, first: int, last: int, columns=("a", "p", "n")) -> int:
+    """Real tokens the micro-batches of optimizer steps (first, last] read (epoch 0, one rank); `columns`:
+    the texts a row reads (a pair store's: "a", "p")."""
     folder = next(p for p in lay.train_tokens_dir.iterdir() if p.is_dir())
     store = open_store(folder)
     lengths = store.lengths()
     split = store.rows.column("split").to_numpy(zero_copy_only=False)
-    train = {c: store.rows.column(c).to_numpy()[split == "train"] for c in ("a", "p", "n")}
-    order = shard_order(len(train["a"]), cfg.seed, 0)
-    rows = order[first * cfg.batch_size * cfg.grad_accum:last * cfg.batch_size * cfg.grad_accum]
-    return int(sum(lengths[train[c][rows]].sum() for c in ("a", "p", "n")))
+    train = {c: store.rows.column(c).to_numpy()[split == "train"] for c in columns}
+    order = shard_order(len(train[columns[0]]), cfg.seed, 0)
+    per_step = cfg.batch_size * cfg.grad_accum
+    rows = order[first * per_step:last * per_step]
+    return int(sum(lengths[train[c][rows]].sum() for c in columns))
 
 
 def time_objective(lay, model_dir, objective: str, device: torch.device, steps: int, warm: int, max_length: int) -> dict:

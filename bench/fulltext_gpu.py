@@ -28,11 +28,10 @@ import pyarrow as pa
 import torch
 
 # the script's own folder is first on the import path: bench/gpu_throughput.py's helpers
+from facet_gpu import step_tokens  # noqa: E402
 from gpu_throughput import make_model, sync, texts_from_sample  # noqa: E402
 
 from encoders.config import TrainConfig  # noqa: E402
-from encoders.training.feed import shard_order  # noqa: E402
-from encoders.training.item_store import open_store  # noqa: E402
 from encoders.training.loop import run_train  # noqa: E402
 from sciencemap.contracts import SCHEMAS  # noqa: E402
 from sciencemap.layout import RunLayout  # noqa: E402
@@ -64,19 +63,6 @@ def make_run(root: Path, ids, titles, abstracts, section_words: int) -> RunLayou
     write_table_atomic(pa.table(dict(zip(SCHEMAS["sections"].names, map(list, zip(*rows)))), schema=SCHEMAS["sections"]),
                        lay.table("sections"))
     return lay
-
-
-def step_tokens(lay: RunLayout, cfg: TrainConfig, first: int, last: int, columns) -> int:
-    """Real tokens the micro-batches of optimizer steps (first, last] read (epoch 0, one rank)."""
-    folder = next(p for p in lay.train_tokens_dir.iterdir() if p.is_dir())
-    store = open_store(folder)
-    lengths = store.lengths()
-    split = store.rows.column("split").to_numpy(zero_copy_only=False)
-    train = {c: store.rows.column(c).to_numpy()[split == "train"] for c in columns}
-    order = shard_order(len(train[columns[0]]), cfg.seed, 0)
-    per_step = cfg.batch_size * cfg.grad_accum
-    rows = order[first * per_step:last * per_step]
-    return int(sum(lengths[train[c][rows]].sum() for c in columns))
 
 
 def time_objective(lay, model_dir, objective: str, device: torch.device, steps: int, warm: int, max_length: int,

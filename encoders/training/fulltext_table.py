@@ -132,12 +132,28 @@ def apply_shares(train: pd.DataFrame, shares, seed: int) -> pd.DataFrame:
     return train.iloc[np.sort(np.concatenate(keep))]
 
 
+def write_train_val(folder: Path, row_of: dict, train: pd.DataFrame, val: pd.DataFrame) -> str:
+    """rows.arrow of a store: the train rows, then the val ones (a, p, n item rows, split, kind); returns the
+    train rows' digest (their item ids in order: part of the checkpoint fingerprint)."""
+    from encoders.training.item_store import ROWS, write_rows
+    from encoders.training.triplet_table import data_digest
+
+    ids_of = {r: i for i, r in row_of.items()}
+    digest = data_digest({k: [ids_of[r] for r in train[c]] for k, c in (("ai", "a"), ("pi", "p"), ("ni", "n"))})
+    out = pd.concat([train, val])
+    write_rows(folder / ROWS, pa.table({
+        **{k: pa.array(out[k].to_numpy(np.int32), pa.int32()) for k in ("a", "p", "n")},
+        "split": pa.array(out["split"].to_numpy(object), pa.string()),
+        "kind": pa.array(out["kind"].to_numpy(object), pa.string())}))
+    return digest
+
+
 def build_cosaemb(layout: RunLayout, folder: Path, tokenizer, max_length: int, sep: str, val_max: int, seed: int,
                   shares=()) -> dict:
     from encoders.fulltext.chunks import abstract_text, chunk_section, section_tag
     from encoders.fulltext.sections_table import paper_sections, section_paper_ids
-    from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
-    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
+    from encoders.training.item_store import ITEMS, write_items
+    from encoders.training.triplet_table import _read_triplets, _val_sample
 
     trip = _read_triplets(layout)
     held = set(trip.loc[trip["split"] == SPLIT_VAL, "anchor_id"])
@@ -207,14 +223,7 @@ def build_cosaemb(layout: RunLayout, folder: Path, tokenizer, max_length: int, s
     level = rows["kind"].map(level_of_kind)
     val = pd.concat([_val_sample(rows[(rows["split"] == SPLIT_VAL) & (level == i)], val_max, seed)
                      for i in range(len(LEVELS))])
-    ids_of = {r: i for i, r in row_of.items()}
-    digest = data_digest({"ai": [ids_of[r] for r in train["a"]], "pi": [ids_of[r] for r in train["p"]],
-                          "ni": [ids_of[r] for r in train["n"]]})
-    out = pd.concat([train, val])
-    write_rows(folder / ROWS, pa.table({
-        **{k: pa.array(out[k].to_numpy(np.int32), pa.int32()) for k in ("a", "p", "n")},
-        "split": pa.array(out["split"].to_numpy(object), pa.string()),
-        "kind": pa.array(out["kind"].to_numpy(object), pa.string())}))
+    digest = write_train_val(folder, row_of, train, val)
     n_level = lambda df, i: int((df["kind"].map(level_of_kind) == i).sum())  # noqa: E731
     counts = {"triplets_total": int(len(trip)), "dropped_no_text": dropped, "rows_without_negative": no_negative,
               "papers_with_sections": len(titles), "held_out_papers": len(held & set(titles)),
@@ -232,8 +241,8 @@ def build_pairs(layout: RunLayout, folder: Path, tokenizer, max_length: int, sep
                 rule: str) -> dict:
     from encoders.fulltext.pairs import RULES, TASKS, section_pairs
     from encoders.fulltext.sections_table import paper_sections, section_paper_ids, strip_positions
-    from encoders.training.item_store import ITEMS, ROWS, write_items, write_rows
-    from encoders.training.triplet_table import _read_triplets, _val_sample, data_digest
+    from encoders.training.item_store import ITEMS, write_items
+    from encoders.training.triplet_table import _read_triplets, _val_sample
 
     trip = _read_triplets(layout)
     held = set(trip.loc[trip["split"] == SPLIT_VAL, "anchor_id"])
@@ -266,14 +275,7 @@ def build_pairs(layout: RunLayout, folder: Path, tokenizer, max_length: int, sep
     df["n"] = df["p"]
     train = df[df["split"] == SPLIT_TRAIN]
     val = _val_sample(df[df["split"] == SPLIT_VAL], val_max, seed)
-    ids_of = {r: i for i, r in row_of.items()}
-    digest = data_digest({"ai": [ids_of[r] for r in train["a"]], "pi": [ids_of[r] for r in train["p"]],
-                          "ni": [ids_of[r] for r in train["n"]]})
-    out = pd.concat([train, val])
-    write_rows(folder / ROWS, pa.table({
-        **{k: pa.array(out[k].to_numpy(np.int32), pa.int32()) for k in ("a", "p", "n")},
-        "split": pa.array(out["split"].to_numpy(object), pa.string()),
-        "kind": pa.array(out["kind"].to_numpy(object), pa.string())}))
+    digest = write_train_val(folder, row_of, train, val)
     counts = {"triplets_total": int(len(df)), "dropped_no_text": 0, "rule": rule,
               "papers_with_sections": len(head), "held_out_papers": len(held & set(head)),
               "tasks_by_rule": tasks_by_rule, "train_triplets": int(len(train)), "val_triplets": int(len(val)),

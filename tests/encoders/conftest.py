@@ -95,6 +95,35 @@ def steps_on_fixed_batch():
     return run
 
 
+@pytest.fixture(scope="session")
+def objective_steps():
+    """steps(enc, obj, batch, steps=4, follow_schedule=False) -> (loss before, loss after): the objective's loss
+    on a fixed batch (eval mode) before and after `steps` AdamW steps of the encoder and the objective's
+    trainable parts; follow_schedule: the loop's step (SIGReg's draws) and after_step (an EMA target) too."""
+    def run(enc, obj, batch, steps: int = 4, follow_schedule: bool = False) -> tuple[float, float]:
+        modules = [enc.model] + [p.module for p in obj.parts.values() if p.trainable]
+
+        def loss() -> float:
+            for m in modules:
+                m.eval()
+            with torch.inference_mode():
+                return float(obj.batch_loss(enc, batch))
+
+        before = loss()
+        opt = torch.optim.AdamW([q for m in modules for q in m.parameters()], lr=1e-4)
+        for m in modules:
+            m.train()
+        for k in range(steps):
+            obj.step_now = k
+            opt.zero_grad()
+            obj.batch_loss(enc, batch).backward()
+            opt.step()
+            if follow_schedule:
+                obj.after_step(enc, k + 1, steps)
+        return before, loss()
+    return run
+
+
 class StepCrash(Exception):
     """What a crash_at hook raises: a kill in the middle of training."""
 

@@ -160,7 +160,7 @@ def test_graded_margins_row_by_row_against_a_hand_computation():
     assert float(graded_triplet_loss(a, a, a + 100, torch.full((6,), 3.0))) == 0.0
 
 
-def test_cosaemb_steps_lower_its_loss_on_a_fixed_batch(tmp_path, fulltext_run):
+def test_cosaemb_steps_lower_its_loss_on_a_fixed_batch(tmp_path, fulltext_run, objective_steps):
     layout = fulltext_run(tmp_path / "r")
     torch.manual_seed(0)
     enc = load_encoder("minilm", "mean", max_length=L, device="cpu")
@@ -171,7 +171,7 @@ def test_cosaemb_steps_lower_its_loss_on_a_fixed_batch(tmp_path, fulltext_run):
     rows = [kinds.index("local"), kinds.index("global"), kinds.index("hard"), kinds.index("easy")]
     batch = obj.collate(data, enc.tokenizer.pad_token_id, 0)(rows)
     assert batch.levels == [2, 1, 0, 0]
-    before, after = _steps(enc, obj, batch)
+    before, after = objective_steps(enc, obj, batch, follow_schedule=True)
     assert after < before
 
 
@@ -279,7 +279,7 @@ def test_scijepa_ema_target_takes_no_gradient_and_follows_the_formula(fulltext_r
         torch.testing.assert_close(t, m * before[name] + (1 - m) * online[name].detach(), rtol=0, atol=1e-6)
 
 
-def test_scijepa_and_section_cl_steps_lower_their_loss_and_sigreg_counts(fulltext_run, tmp_path):
+def test_scijepa_and_section_cl_steps_lower_their_loss_and_sigreg_counts(fulltext_run, tmp_path, objective_steps):
     layout = fulltext_run(tmp_path / "r")
     for name in ("scijepa", "section_cl"):
         torch.manual_seed(0)
@@ -294,7 +294,7 @@ def test_scijepa_and_section_cl_steps_lower_their_loss_and_sigreg_counts(fulltex
             with torch.no_grad():
                 enc.model.eval()
                 assert float(obj.batch_loss(enc, batch)) > float(no_reg.batch_loss(enc, batch))
-        before, after = _steps(enc, obj, batch)
+        before, after = objective_steps(enc, obj, batch, follow_schedule=True)
         assert after < before, name
 
 
@@ -343,30 +343,6 @@ def test_fulltext_objectives_need_the_sections_table(tmp_path, make_triplet_run,
     for name in ("cosaemb", "scijepa", "section_cl"):
         with pytest.raises(UserError, match="keep_sections"):
             run_train(_cfg(name), layout)
-
-
-def _steps(enc, obj, batch, steps: int = 4) -> tuple[float, float]:
-    """The objective's loss on a fixed batch (eval mode) before and after `steps` AdamW steps on it,
-    the EMA target following the encoder as in training."""
-    modules = [enc.model] + [p.module for p in obj.parts.values() if p.trainable]
-
-    def loss() -> float:
-        for m in modules:
-            m.eval()
-        with torch.inference_mode():
-            return float(obj.batch_loss(enc, batch))
-
-    before = loss()
-    opt = torch.optim.AdamW([q for m in modules for q in m.parameters()], lr=1e-4)
-    for m in modules:
-        m.train()
-    for k in range(steps):
-        obj.step_now = k
-        opt.zero_grad()
-        obj.batch_loss(enc, batch).backward()
-        opt.step()
-        obj.after_step(enc, k + 1, steps)
-    return before, loss()
 
 
 @pytest.mark.parametrize("objective", ["cosaemb", "section_cl"])

@@ -79,7 +79,7 @@ def test_main_vector_cosine_is_the_mean_facet_cosine():
         assert float(X[i] @ X[j]) == pytest.approx(float((U[i] * U[j]).sum(-1).mean()), abs=1e-6)
 
 
-def test_steps_lower_its_loss_and_the_kl_term_counts(tmp_path, facet_run):
+def test_steps_lower_its_loss_and_the_kl_term_counts(tmp_path, facet_run, objective_steps):
     layout = facet_run(tmp_path / "r")
     torch.manual_seed(0)
     enc = load_encoder("minilm", "mean", max_length=256, device="cpu")   # long enough for >= 3 sentences
@@ -96,29 +96,8 @@ def test_steps_lower_its_loss_and_the_kl_term_counts(tmp_path, facet_run):
     with torch.no_grad():
         assert float(obj.batch_loss(enc, batch)) > float(no_kl.batch_loss(enc, batch))
 
-    before, after = _loss_before_and_after_steps(enc, obj, batch)
+    before, after = objective_steps(enc, obj, batch)
     assert after < before
-
-
-def _loss_before_and_after_steps(enc, obj, batch, steps: int = 4) -> tuple[float, float]:
-    """The objective's loss on a fixed batch (eval mode) before and after `steps` AdamW steps on it."""
-    modules = [enc.model] + [p.module for p in obj.parts.values()]
-
-    def loss() -> float:
-        for m in modules:
-            m.eval()
-        with torch.inference_mode():
-            return float(obj.batch_loss(enc, batch))
-
-    before = loss()
-    opt = torch.optim.AdamW([q for m in modules for q in m.parameters()], lr=1e-4)
-    for m in modules:
-        m.train()
-    for _ in range(steps):
-        opt.zero_grad()
-        obj.batch_loss(enc, batch).backward()
-        opt.step()
-    return before, loss()
 
 
 def test_a_killed_run_resumes_bit_identically_and_embed_reproduces_it(tmp_path, facet_run, crash_at):
@@ -191,7 +170,7 @@ def _questions(path, papers, extra=()):
     return rows
 
 
-def test_question_document_loss_rows_join_training_and_lower_their_loss(tmp_path, facet_run):
+def test_question_document_loss_rows_join_training_and_lower_their_loss(tmp_path, facet_run, objective_steps):
     from encoders.training.facet_table import QUESTION_ITEM
 
     layout = facet_run(tmp_path / "r")
@@ -225,7 +204,7 @@ def test_question_document_loss_rows_join_training_and_lower_their_loss(tmp_path
         assert float(obj.batch_loss(enc, batch)) > float(off.batch_loss(enc, batch))
 
     only_q = obj.collate(data, enc.tokenizer.pad_token_id, 0)(q_rows)
-    before, after = _loss_before_and_after_steps(enc, obj, only_q)
+    before, after = objective_steps(enc, obj, only_q)
     assert after < before
 
 
