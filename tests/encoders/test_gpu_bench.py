@@ -78,3 +78,15 @@ def test_fulltext_gpu_dry_run_times_each_objective_and_the_real_run_fails_withou
         q = subprocess.run([sys.executable, "bench/fulltext_gpu.py"], cwd=repo_root, capture_output=True, text=True,
                            timeout=300)
         assert q.returncode == 2 and "no usable CUDA device" in q.stderr
+
+
+def test_train_profile_dry_run_profiles_a_step_and_the_real_run_fails_without_a_gpu(repo_root):
+    p = subprocess.run([sys.executable, "bench/train_profile.py", "--dry-run", "--objectives", "triplet", "--steps", "3",
+                        "--rows", "4"], cwd=repo_root, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "triplet:" in p.stdout and "no measurement" in p.stdout
+    assert p.stdout.count("Self CPU time total") == 2   # the two tables
+    if not torch.cuda.is_available():
+        q = subprocess.run([sys.executable, "bench/train_profile.py"], cwd=repo_root, capture_output=True, text=True,
+                           timeout=300)
+        assert q.returncode == 2 and "no usable CUDA device" in q.stderr
