@@ -4,8 +4,8 @@ The topic graph links two topics of the map by the summed similarity of the kNN 
 their (shown) papers; Leiden (modularity, `[render] area_resolution`, seeded) on it groups the
 topics into areas. An area gets the topics' overlays computed over its papers (label from
 distinctive title words, main field, mean year, DIV) and the size-weighted mean position of its
-topics. On the PNGs an area is a region: every grid cell near a topic belongs to its nearest
-topic's area, and the borders between areas are drawn with the area labels.
+topics. On the maps an area is a shape: every grid cell near a topic belongs to its nearest
+topic's area, and the outline of an area's cells, smoothed, is drawn (area_outlines).
 
 Scale: the edges table is streamed in batches; per batch the links between different topics are
 summed into sparse (T × T) matrices, so memory follows the number of linked topic pairs.
@@ -16,6 +16,7 @@ import igraph as ig
 import numpy as np
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+from scipy.ndimage import gaussian_filter
 from scipy.spatial import cKDTree
 
 from sciencemap.progress import Progress
@@ -83,11 +84,27 @@ def area_regions(topic_px: np.ndarray, topic_area: np.ndarray, width: int, heigh
     return grid
 
 
-def region_borders(grid: np.ndarray) -> np.ndarray:
-    """Cells on a border between two areas (both sides in an area): bool, the grid's shape."""
-    b = np.zeros(grid.shape, bool)
-    h = (grid[:, 1:] != grid[:, :-1]) & (grid[:, 1:] >= 0) & (grid[:, :-1] >= 0)
-    v = (grid[1:, :] != grid[:-1, :]) & (grid[1:, :] >= 0) & (grid[:-1, :] >= 0)
-    b[:, 1:] |= h
-    b[1:, :] |= v
-    return b
+def area_outlines(grid: np.ndarray, cell: int = 4, sigma: float = 1.5, min_cells: int = 3) -> list[tuple[int, np.ndarray]]:
+    """Smooth closed outlines of each area's cells: (area, (k, 2) points in pixels, first = last).
+    Each area's indicator over the grid is blurred (Gaussian, `sigma` cells) and cut at 0.5, so
+    the outline follows the cells' boundary without its steps; an area of one or two topics is the
+    disc (or two discs, joined where they touch) of the cells near them, like any other. Pieces
+    enclosing fewer than `min_cells` cells are left out. Work per area: its bounding box."""
+    import contourpy
+
+    out = []
+    pad = int(np.ceil(3 * sigma)) + 1
+    for a in np.unique(grid[grid >= 0]).tolist():
+        rows, cols = np.nonzero(grid == a)
+        r0, c0 = max(rows.min() - pad, 0), max(cols.min() - pad, 0)
+        box = np.zeros((rows.max() + pad + 1 - r0 + 2 * pad, cols.max() + pad + 1 - c0 + 2 * pad))
+        box[rows - r0 + pad, cols - c0 + pad] = 1.0        # zero margin all round: every outline closes
+        blurred = gaussian_filter(box, sigma, mode="constant")
+        for line in contourpy.contour_generator(z=blurred, line_type="Separate").lines(0.5):
+            x, y = line[:, 0], line[:, 1]
+            if abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))) / 2 < min_cells:
+                continue                                   # a speck (shoelace area in cells)
+            px = (x - pad + c0 + 0.5) * cell
+            py = (y - pad + r0 + 0.5) * cell
+            out.append((int(a), np.column_stack([px, py])))
+    return out

@@ -17,6 +17,9 @@ What the page holds:
 - On DocumentReady the page decodes the blob (atob, DecompressionStream), fills the sources and
   sets `window.sciencemap.ready` (with timings) once the plot has been drawn with the data; the
   benchmark (bench/html_scale.py) and the browser tests wait for it.
+- Labels are placed by the page, not by Python: after every pan and zoom the areas' and the
+  topics' labels are laid out again without overlap inside the plot frame (`placer`; METHODS.md).
+- The research areas' outlines (from the PNGs' shapes), when given, as a layer under the points.
 
 Strings from the data reach the page only as data: in the JSON of the Bokeh document (escaped by
 Bokeh), in the blob (decoded to JavaScript strings), and from there into hover fields, table
@@ -43,6 +46,9 @@ TITLE_CHARS = 80
 FIELD_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
                  "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 OTHER_COLOR = "#7f7f7f"
+# Label fonts by level, not by size: areas bold and larger, topics small (Bokeh's default family).
+AREA_FONT, TOPIC_FONT, LABEL_FAMILY = "12pt", "9pt", "helvetica"
+LABEL_GAP = 2   # px of free space each side of a label's text
 DATA_ELEMENT_ID = "sciencemap-data"
 MISSING_Q = 65535                   # quantized value of NaN
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")   # "\n" separates the blob's strings
@@ -245,6 +251,50 @@ _LOAD_JS = r"""
 const S = window.sciencemap = window.sciencemap || {};
 S.ready = false;
 S.t_start = performance.now();
+// Labels that never overlap (the PNGs' rule, mapping.map_png.place_labels): areas first, largest
+// first, then topics largest first; each at the first of five spots (on its point, above, below,
+// right, left) whose box lies inside the plot frame and overlaps no box placed before; at most
+// n_labels topic labels at once. Placed again after every pan and zoom (once a frame), so a label
+// hidden for want of room appears when zooming makes room. Boxes are in frame pixels, `gap` px
+// wider on each side than the text.
+const placer = (d) => {
+  const ctx = document.createElement("canvas").getContext("2d");
+  const px = (size) => parseFloat(size) * (size.endsWith("pt") ? 4 / 3 : 1);
+  const levels = [[areas, area_font, area_src, Infinity], [d, topic_font, labels, n_labels]];
+  let pending = false;
+  const place = () => {
+    pending = false;
+    const W = plot.inner_width, H = plot.inner_height, xr = plot.x_range, yr = plot.y_range;
+    if (!(W > 0 && H > 0)) { request(); return; }        // not laid out yet
+    const kx = W / (xr.end - xr.start), ky = H / (yr.end - yr.start);
+    const boxes = [];
+    const free = (b) => b[0] >= 0 && b[1] >= 0 && b[2] <= W && b[3] <= H &&
+      boxes.every(o => b[0] >= o[2] || o[0] >= b[2] || b[1] >= o[3] || o[1] >= b[3]);
+    for (const [cand, font, source, limit] of levels) {
+      ctx.font = font;
+      const h = px(font.split(" ").find(t => /\d(pt|px)$/.test(t))) * 1.2 + 2 * gap;
+      const out = {x: [], y: [], label: []};
+      for (let i = 0; i < cand.label.length && out.label.length < limit; i++) {
+        const t = cand.label[i], sx = (cand.x[i] - xr.start) * kx, sy = (yr.end - cand.y[i]) * ky;
+        if (!t || !(sx >= 0 && sx <= W && sy >= 0 && sy <= H)) continue;   // no text, or off the view
+        const w = ctx.measureText(t).width + 2 * gap;
+        for (const [dx, dy] of [[0, 0], [0, -h], [0, h], [0.6 * w, 0], [-0.6 * w, 0]]) {
+          const b = [sx + dx - w / 2, sy + dy - h / 2, sx + dx + w / 2, sy + dy + h / 2];
+          if (!free(b)) continue;
+          boxes.push(b);
+          out.x.push(xr.start + (sx + dx) / kx); out.y.push(yr.end - (sy + dy) / ky); out.label.push(t);
+          break;
+        }
+      }
+      source.data = out;
+    }
+    S.label_boxes = boxes;
+  };
+  const request = () => { if (!pending) { pending = true; requestAnimationFrame(place); } };
+  for (const r of [plot.x_range, plot.y_range]) for (const k of ["start", "end"]) r.properties[k].change.connect(request);
+  for (const k of ["inner_width", "inner_height"]) plot.properties[k].change.connect(request);
+  return place;
+};
 (async () => {
   try {
     const el = document.getElementById(data_id);
@@ -291,8 +341,8 @@ S.t_start = performance.now();
     d.msize = ms;
     S.t_decoded = performance.now();
     src.data = d;
-    const nl = Math.min(n_labels, n);   // topics come largest first
-    labels.data = {x: d.x.slice(0, nl), y: d.y.slice(0, nl), label: d.label.slice(0, nl)};
+    S.place_labels = placer(d);
+    S.place_labels();
     if (table_src !== src) {
       const nt = Math.min(table_rows, n), t = {};
       for (const k of ["label", "size", "main_field", ...values.map(v => v[0])]) t[k] = d[k].slice(0, nt);
@@ -353,18 +403,21 @@ def _legend_label(name: str, count: int, width: int = 38) -> str:
 
 def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: bytes, x_range, y_range, cfg,
                fields: pd.DataFrame | None = None, *, title_chars: int | None = None,
-               table_rows: int | None = None, webgl: bool = True, placed: pd.DataFrame | None = None) -> str:
+               table_rows: int | None = None, webgl: bool = True, placed: pd.DataFrame | None = None,
+               regions: list | None = None) -> str:
     """Self-contained map.html: the background image, the topics as WebGL points with hover, the
-    overlay selector (mapping.overlays: main field, mean year, DIV), a title and term search, labels for the
-    `cfg.labels_on_map` largest topics, the topic table and, when `fields` (a DataFrame with
-    label, x, y, size) is given, field names as large labels.
+    overlay selector (mapping.overlays: main field, mean year, DIV), a title and term search, the topic
+    table and labels that never overlap, placed by the page in every view: `fields` (the research areas:
+    a DataFrame with label, x, y, size; bold) first, then up to `cfg.labels_on_map` topics, largest first.
 
-    `cfg` is the render stage's RenderConfig (title, html_width, html_height, labels_on_map;
-    html_title_chars and html_table_rows when it has them). title_chars: example titles are cut to
+    `cfg` is the render stage's RenderConfig (title, html_width, html_height, labels_on_map,
+    html_title_chars, html_table_rows; any object with the first four will do). title_chars: example titles are cut to
     this many characters (default TITLE_CHARS). table_rows: the table lists the largest
     table_rows topics (0 = all, the default; BokehJS's table draws only the visible rows).
     `placed` (x, y, paper_id, title, topic: papers placed on the map by mapping.place): a layer of
-    black rings with their own hover, switched on and off by a checkbox above the map."""
+    black rings with their own hover, switched on and off by a checkbox above the map. `regions`
+    ((area label, xs, ys) outlines in data coordinates: mapping.render.area_shapes_px): the research
+    areas as light shapes under the topic points, switched on and off by a checkbox."""
     from bokeh.document import Document
     from bokeh.embed import file_html
     from bokeh.events import DocumentReady
@@ -403,6 +456,17 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         v = pd.to_numeric(topics[ov.column], errors="coerce").to_numpy(float)
         mappers[ov.name] = LinearColorMapper(palette=_palette(ov.palette), low=lim(v)[0],
                                              high=lim(v)[1], nan_color="#bbbbbb", name=f"{ov.name}_mapper")
+    controls = []
+    if regions:
+        # drawn first: under the topic points (no hover of their own: the area labels name them)
+        rsrc = ColumnDataSource({"xs": [np.asarray(xs, float).tolist() for _, xs, _ in regions],
+                                 "ys": [np.asarray(ys, float).tolist() for _, _, ys in regions],
+                                 "area": [clean_text(a) for a, _, _ in regions]}, name="area_regions")
+        regions_r = p.patches("xs", "ys", source=rsrc, fill_color="#9a9a9a", fill_alpha=0.07, line_color="#6e6e6e",
+                              line_alpha=0.7, line_width=1.5, name="area_shapes")
+        areas_on = CheckboxGroup(labels=["research areas"], active=[0], name="areas_toggle")
+        areas_on.js_on_change("active", CustomJS(args={"r": regions_r}, code="r.visible = cb_obj.active.includes(0);"))
+        controls.append(areas_on)
     fill = {"field": "fcode", "transform": m_field}
     lw, la = (0.8, 0.6) if n <= 5000 else (0.4, 0.35)
     glyph = Scatter(x="x", y="y", size="msize", fill_color=fill, fill_alpha=0.5, line_color="#333333",
@@ -419,7 +483,6 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         ("topic", "@label"), ("papers", "@size{0,0}"), (category.label, "@main_field")]
         + [(ov.label, f"@{ov.name}_s") for ov in values] + [("example", f"@ex{j}") for j in range(k)]))
 
-    controls = []
     if placed is not None and len(placed):
         psrc = ColumnDataSource({"x": placed["x"].astype(float).tolist(), "y": placed["y"].astype(float).tolist(),
                                  "paper_id": [clean_text(v) for v in placed["paper_id"]],
@@ -433,21 +496,23 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         toggle.js_on_change("active", CustomJS(args={"r": placed_r}, code="r.visible = cb_obj.active.includes(0);"))
         controls.append(toggle)
 
+    # Labels: the page places them (placer in _LOAD_JS), so these sources hold only the labels shown
+    # in the current view; candidates are the areas (largest first) and the topics (the blob's order).
     lab_src = ColumnDataSource({"x": [], "y": [], "label": []}, name="map_labels")
-    p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size="9pt",
-                          text_color="#111111", background_fill_color="white", background_fill_alpha=0.6,
-                          x_offset=4, y_offset=4))
+    area_src = ColumnDataSource({"x": [], "y": [], "label": []}, name="field_labels")
+    area_cand = {"x": [], "y": [], "label": []}
     if fields is not None and len(fields):
-        f = fields.reset_index(drop=True)
-        fs = np.sqrt(f["size"].to_numpy(float) / max(float(f["size"].max()), 1.0))
-        p.add_layout(LabelSet(x="x", y="y", text="label", text_align="center", text_baseline="middle",
-                              text_font_size="fs", text_font_style="bold", text_color="#222222", text_alpha=0.8,
-                              text_outline_color="white",
-                              source=ColumnDataSource({"x": f["x"].astype(float).tolist(),
-                                                       "y": f["y"].astype(float).tolist(),
-                                                       "label": [clean_text(s) for s in f["label"]],
-                                                       "fs": [f"{14 + 14 * v:.0f}pt" for v in fs]},
-                                                      name="field_labels")))
+        f = fields.sort_values("size", ascending=False, kind="stable")
+        area_cand = {"x": f["x"].astype(float).tolist(), "y": f["y"].astype(float).tolist(),
+                     "label": [clean_text(s) for s in f["label"]]}
+    p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size=TOPIC_FONT,
+                          text_font=LABEL_FAMILY, text_align="center", text_baseline="middle",
+                          text_color="#111111", background_fill_color="white", background_fill_alpha=0.6,
+                          name="topic_label_set"))
+    p.add_layout(LabelSet(x="x", y="y", text="label", source=area_src, text_font_size=AREA_FONT,
+                          text_font=LABEL_FAMILY, text_font_style="bold", text_align="center",
+                          text_baseline="middle", text_color="#222222", background_fill_color="white",
+                          background_fill_alpha=0.45, name="area_label_set"))
 
     # Legend of the main fields. Each swatch is a renderer of one patch at NaN (never drawn):
     # Patches, a glyph BokehJS draws on the canvas, as WebGL costs a copy of the GL canvas per
@@ -498,6 +563,8 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     doc.js_on_event(DocumentReady, CustomJS(args={
         "src": src, "labels": lab_src, "table_src": table_src, "info": info, "data_id": DATA_ELEMENT_ID,
         "n_labels": int(cfg.labels_on_map), "table_rows": int(table_rows), "marker": list(marker),
+        "plot": p, "areas": area_cand, "area_src": area_src, "gap": LABEL_GAP,
+        "area_font": f"bold {AREA_FONT} {LABEL_FAMILY}", "topic_font": f"{TOPIC_FONT} {LABEL_FAMILY}",
         "values": [[ov.name, ov.digits] for ov in values]}, code=_LOAD_JS))
     doc.title = cfg.title
     page = Template("{% extends base %}{% block postamble %}<script type=\"application/octet-stream\" id=\""

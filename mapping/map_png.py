@@ -10,6 +10,7 @@ legend strip (legend_width) on the right.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,11 +81,25 @@ def _canvas(frame: Frame):
     return ds.Canvas(plot_width=frame.map_w, plot_height=frame.map_h, x_range=frame.x_range, y_range=frame.y_range)
 
 
-def _spread(img):
+# Papers drawn as discs whose size follows the number drawn and the map's pixels (METHODS.md §5.3):
+# the discs alone would cover POINT_COVER of the map if none overlapped; radius 1 to MAX_POINT_RADIUS
+# px while there are fewer papers than pixels, single pixels (a density image) beyond.
+POINT_COVER = 0.12
+MAX_POINT_RADIUS = 4
+
+
+def point_radius(n: int, frame: Frame) -> int:
+    """Disc radius in pixels (0 = one pixel) for n papers drawn on the frame's map."""
+    area = frame.map_w * frame.map_h
+    if n <= 0 or n > area:
+        return 0
+    return int(min(max(math.ceil((math.sqrt(POINT_COVER * area / n) - 1) / 2), 1), MAX_POINT_RADIUS))
+
+
+def _spread(img, radius: int):
     import datashader.transfer_functions as tf
 
-    # Single pixels vanish on a 1000-px map: grow every point a little, then more where sparse.
-    return tf.dynspread(tf.spread(img, px=1), threshold=0.6, max_px=2)
+    return tf.spread(img, px=radius) if radius > 0 else img
 
 
 def shade_categories(x, y, codes, names: list[str], colors: dict[str, str], frame: Frame, under: str | None = None,
@@ -97,6 +112,7 @@ def shade_categories(x, y, codes, names: list[str], colors: dict[str, str], fram
     cvs = _canvas(frame)
     codes = np.asarray(codes)
     under_code = names.index(under) if under in names else -2
+    radius = point_radius(int(np.count_nonzero(codes >= 0)), frame)
     layers = []
     for is_under in (True, False):
         keys = {c: v for c, v in colors.items() if (c == under) == is_under}
@@ -125,7 +141,7 @@ def shade_categories(x, y, codes, names: list[str], colors: dict[str, str], fram
         if total is None:
             continue
         img = tf.shade(total, color_key=keys, how="eq_hist", min_alpha=120 if is_under else 220)
-        layers.append(_spread(img))
+        layers.append(_spread(img, radius))
     if not layers:
         return _blank(frame)
     return tf.stack(*layers).to_pil()
@@ -169,14 +185,15 @@ def shade_values(x, y, values, frame: Frame, cmap: list[str], span: tuple[float,
     layers = []
     if template is None:
         return _blank(frame)
+    radius = point_radius(len(values), frame)
     if grey.any():
         layers.append(_spread(tf.shade(template.copy(data=np.where(grey > 0, grey, np.nan)),
-                                       cmap=[UNDER_COLOR, UNDER_COLOR], min_alpha=120)))
+                                       cmap=[UNDER_COLOR, UNDER_COLOR], min_alpha=120), radius))
     if vcnt.any():
         lo_, hi_ = span
         mean = template.copy(data=np.where(vcnt > 0, vsum / np.maximum(vcnt, 1), np.nan))
         layers.append(_spread(tf.shade(mean, cmap=cmap, how="linear", span=[lo_, max(hi_, lo_ + 1e-9)],
-                                       min_alpha=255)))
+                                       min_alpha=255), radius))
     return tf.stack(*layers).to_pil() if layers else _blank(frame)
 
 

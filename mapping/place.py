@@ -305,6 +305,7 @@ def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_pape
     examples = json.loads(str(state.extra["examples"])) if "examples" in state.extra else [[] for _ in range(len(t))]
     label = t.set_index("cluster")["label"]
     layer = new_papers.assign(x=new_xy[:, 0], y=new_xy[:, 1], topic=new_papers["cluster"].map(label))
-    write_html(out, base, map_xy, t, examples, cfg, areas, placed=layer)
+    write_html(out, base, map_xy, t, examples, cfg, areas, placed=layer,
+               topic_area=None if topic_area is None else np.asarray(topic_area))
     return {"pngs": files, "html": str(out.map_html)}
 

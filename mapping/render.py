@@ -49,7 +49,7 @@ from sciencemap.storage import atomic_file, write_bytes_atomic, write_table_atom
 from sciencemap.vectors import open_vectors, read_rows, rows_per_block
 
 from mapping import html_map
-from mapping.areas import area_membership, area_regions, region_borders, topic_graph
+from mapping.areas import area_membership, area_outlines, area_regions, topic_graph
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
 from mapping.map_png import (PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
@@ -83,10 +83,16 @@ class RenderConfig:
     area_labels: int = setting(12, "largest areas labelled (bold) on the map PNGs")
     label_words: int = setting(3, "distinctive title words in a topic's label (class-based TF-IDF)")
     examples: int = setting(3, "titles closest to each topic's mean vector, in the HTML map's hover")
-    labels_on_map: int = setting(40, "largest topics get a text label on the HTML map")
+    labels_on_map: int = setting(40, "most topic labels shown at once on the HTML map, largest topics first; a "
+                                     "label without room (it would overlap another) is hidden until zooming makes room")
     title: str = setting("Map of science", "corpus name in the title of the map PNGs and of the HTML map")
     html_width: int = setting(1000, "width of the HTML map's plot and topic table, in pixels")
     html_height: int = setting(750, "height of the HTML map's plot, in pixels")
+    html_backend: str = setting("webgl", "how the HTML map draws its topic points: webgl (falls back to the canvas "
+                                         "where the browser has no WebGL) or canvas", choices=("webgl", "canvas"))
+    html_title_chars: int = setting(80, "example titles in the HTML map's hover are cut to this many characters "
+                                        "(the file grows ~0.5 MB per 10 characters at 100k topics)")
+    html_table_rows: int = setting(0, "rows of the HTML map's topic table, largest topics first; 0 = all")
     view: str = setting("", "'' = the map of the main vectors; a facet (e.g. method: a key of the run's 'facets' "
                         "view, or view:key) = a facet map in <run>/maps/<key>/: kNN, Leiden and this render on "
                         "that view's vectors (METHODS.md §8.6)")
@@ -361,6 +367,16 @@ def _png_bytes(img) -> bytes:
     return buf.getvalue()
 
 
+AREA_LINE = "#6e6e6e"   # research areas' outlines on the PNGs (and, lighter, on the HTML map)
+
+
+def area_shapes_px(map_topics: pd.DataFrame, topic_area, frame: Frame, cell: int = 4) -> list[tuple[int, np.ndarray]]:
+    """The research areas' smooth outlines (mapping.areas.area_outlines) in the frame's image pixels."""
+    tx, ty = frame.to_px(map_topics["x"].to_numpy(), map_topics["y"].to_numpy())
+    grid = area_regions(np.column_stack([tx, ty - TITLE_H]), np.asarray(topic_area), frame.map_w, frame.map_h, cell)
+    return [(a, xy + np.array([0.0, TITLE_H])) for a, xy in area_outlines(grid, cell)]
+
+
 def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list[str], topic: np.ndarray,
               map_topics: pd.DataFrame, cfg: RenderConfig, map_res: float, colors: dict[str, str] | None = None,
               under: str | None = CITED_ONLY, areas: pd.DataFrame | None = None,
@@ -391,13 +407,9 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
     lab_x, lab_y = map_topics["x"].to_numpy()[big], map_topics["y"].to_numpy()[big]
 
-    border_xy = area_text = None
+    outlines, area_text = [], None
     if areas is not None and topic_area is not None and len(areas) > 1:
-        tx, ty = frame.to_px(map_topics["x"].to_numpy(), map_topics["y"].to_numpy())
-        cell = 4
-        grid = area_regions(np.column_stack([tx, ty - TITLE_H]), np.asarray(topic_area), frame.map_w, frame.map_h, cell)
-        by, bx = np.nonzero(region_borders(grid))
-        border_xy = [((x_ + 0.5) * cell, TITLE_H + (y_ + 0.5) * cell) for x_, y_ in zip(bx.tolist(), by.tolist())]
+        outlines = [[tuple(pt) for pt in xy.tolist()] for _, xy in area_shapes_px(map_topics, topic_area, frame)]
         top = areas.sort_values("size", ascending=False, kind="stable").head(cfg.area_labels)
         area_text = (top["label"].fillna("").str.upper().tolist(), top["x"].to_numpy(), top["y"].to_numpy())
 
@@ -414,8 +426,8 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
         draw.point(dots, fill=MARK_COLOR)
         for box in rings:
             draw.ellipse(box, outline=MARK_COLOR, width=1)
-        if border_xy:
-            draw.point(border_xy, fill="#9a9a9a")
+        for line in outlines:
+            draw.line(line, fill=AREA_LINE, width=2, joint="curve")
         boxes: list = []                    # areas first: topic labels never cover them
         if area_text:
             place_labels(draw, frame, *area_text, bold=True, boxes=boxes)
@@ -457,15 +469,25 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
 
 
 def write_html(layout: RunLayout, base, pxy: np.ndarray, map_topics: pd.DataFrame, examples: list[list[str]],
-               cfg: RenderConfig, areas: pd.DataFrame | None, placed: pd.DataFrame | None = None) -> str:
+               cfg: RenderConfig, areas: pd.DataFrame | None, placed: pd.DataFrame | None = None,
+               topic_area: np.ndarray | None = None) -> str:
     """map.html over the base map's bare datashader image on white (extent = the plot ranges);
-    `placed`: the placed papers' layer (mapping.place)."""
+    `placed`: the placed papers' layer (mapping.place); `topic_area`: each topic's area, for the
+    areas' outlines (the PNGs' shapes, in data coordinates)."""
     from PIL import Image
 
     bg = Image.new("RGB", base.size, "white")
     bg.paste(base, (0, 0), base)
     xr, yr = bounds(pxy[:, 0], pxy[:, 1])
-    html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas, placed=placed)
+    regions = None
+    if areas is not None and topic_area is not None and len(areas) > 1:
+        frame = Frame(cfg.width, cfg.height, cfg.legend_width, xr, yr)    # draw_pngs' frame: same ranges
+        label = areas.set_index("area")["label"] if "area" in areas.columns else pd.Series(dtype=object)
+        regions = [(str(label.get(a, "")), xr[0] + xy[:, 0] / frame.map_w * (xr[1] - xr[0]),
+                    yr[1] - (xy[:, 1] - TITLE_H) / frame.map_h * (yr[1] - yr[0]))
+                   for a, xy in area_shapes_px(map_topics, topic_area, frame)]
+    html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas, placed=placed,
+                                 webgl=cfg.html_backend == "webgl", regions=regions)
     write_text_atomic(layout.map_html, html)
     return html
 
@@ -477,6 +499,6 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
     their source categories (codes into `names`) and topics (rows of `map_topics`)."""
     base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res,
                                                    areas=areas, topic_area=topic_area)
-    html = write_html(layout, base, pxy, map_topics, examples, cfg, areas)
+    html = write_html(layout, base, pxy, map_topics, examples, cfg, areas, topic_area=topic_area)
     return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),
             "sources": counts, "fields": field_summary}

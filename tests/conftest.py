@@ -204,11 +204,13 @@ class Chromium:
 
 
 def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, settle: float = 1.0,
-              probes: dict[str, str] | None = None, init_js: str | None = None) -> dict:
+              probes: dict[str, str] | None = None, init_js: str | None = None,
+              viewport: tuple[int, int] | None = None) -> dict:
     """Load file://path; wait until `wait_js` evaluates truthy (or timeout); return
     {"errors": [...], "text": deep text, "tags": [...], "ready": bool, "pwned": window.__pwned,
-    "probes": {name: value of each probe expression, evaluated in order after loading}}.
-    `init_js` runs in the page before its own scripts (e.g. to take a browser feature away)."""
+    "probes": {name: value of each probe expression, evaluated in order after loading; a probe that
+    gives a Promise is awaited}}. `init_js` runs in the page before its own scripts (e.g. to take a
+    browser feature away); `viewport` = (width, height) of the window in CSS pixels."""
     c = Chromium()
     try:
         target = c.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -217,6 +219,9 @@ def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, set
             c.send(dom, session=sess)
         if init_js:
             c.send("Page.addScriptToEvaluateOnNewDocument", {"source": init_js}, session=sess)
+        if viewport:
+            c.send("Emulation.setDeviceMetricsOverride", {"width": viewport[0], "height": viewport[1],
+                                                          "deviceScaleFactor": 1, "mobile": False}, session=sess)
         c.send("Page.navigate", {"url": Path(path).resolve().as_uri()}, session=sess)
         ready = wait_js is None
         deadline = time.monotonic() + timeout
@@ -227,7 +232,7 @@ def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, set
         c.pump(settle)
 
         def ev(expr):
-            return c.send("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+            return c.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True},
                           session=sess).get("result", {}).get("value")
 
         probe_values = {k: ev(js) for k, js in (probes or {}).items()}
@@ -250,12 +255,77 @@ def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, set
         c.close()
 
 
+# The map page (mapping.html_map) in a browser test.
+# The page has decoded its blob, filled the sources and painted (or failed: then errors say why).
+MAP_READY = "window.sciencemap && (window.sciencemap.ready || window.sciencemap.error !== undefined)"
+# Page helpers for the probes: the BokehJS view of a named model, and hovering over topic i.
+MAP_HELPERS = r"""(() => {
+  const doc = Bokeh.documents[0];
+  window.__model = (name) => doc.get_model_by_name(name);
+  window.__view = (name) => { const m = __model(name); const st = [...Bokeh.index.roots];
+    while (st.length) { const v = st.pop(); if (v.model === m) return v; st.push(...v.children()); } return null; };
+  // The fill colours BokehJS computed for the topic points (RGBA as uint32), as drawn.
+  window.__colours = () => { const f = __view('topic_points').glyph.fill_color; return Array.from({length: f.length}, (_, i) => f.get(i)); };
+  window.__hover = (i) => { const pv = __view('topic_points').parent, d = __model('topics').data;
+    const el = pv.canvas_view.events_el, r = el.getBoundingClientRect();
+    const at = {clientX: r.left + pv.frame.x_scale.compute(d.x[i]), clientY: r.top + pv.frame.y_scale.compute(d.y[i]),
+                bubbles: true, pointerType: 'mouse', isPrimary: true};
+    for (const t of ['pointerenter', 'pointermove']) el.dispatchEvent(new PointerEvent(t, at)); return d.label[i]; };
+  return true; })()"""
+
+# The label boxes as drawn: each label set's source mapped through the plot's own scales, the text
+# measured with the label set's own font (not the page's placement bookkeeping), the plot frame and
+# the legend from their BokehJS views; after two frames, so that a placement requested by a range
+# change has run.
+LABEL_BOXES = r"""new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+  const pv = __view('topic_points').parent, fr = pv.frame.bbox, lg = __view('field_legend').bbox;
+  const ctx = document.createElement('canvas').getContext('2d');
+  const val = v => (v !== null && typeof v === 'object' && 'value' in v) ? v.value : v;
+  const boxes = [];
+  for (const name of ['area_label_set', 'topic_label_set']) {
+    const m = __model(name), d = m.source.data, size = val(m.text_font_size);
+    ctx.font = `${val(m.text_font_style)} ${size} ${val(m.text_font)}`;
+    const h = parseFloat(size) * 4 / 3 * val(m.text_line_height);
+    for (let i = 0; i < d.label.length; i++) {
+      const sx = pv.frame.x_scale.compute(d.x[i]), sy = pv.frame.y_scale.compute(d.y[i]), w = ctx.measureText(d.label[i]).width;
+      boxes.push({set: name, label: d.label[i], box: [sx - w / 2, sy - h / 2, sx + w / 2, sy + h / 2]});
+    }
+  }
+  done(JSON.stringify({boxes, frame: [fr.x0, fr.y0, fr.x1, fr.y1], legend: [lg.x0, lg.y0, lg.x1, lg.y1]}));
+})))"""
+
+
+def _overlaps(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def check_map_labels(view: dict, max_topics: int) -> tuple[set, set]:
+    """No two label boxes intersect, each lies inside the plot frame, none under the legend (which
+    lies outside the frame). Returns (area labels, topic labels) shown."""
+    boxes, frame, legend = view["boxes"], view["frame"], view["legend"]
+    assert not _overlaps(frame, legend), (frame, legend)
+    for b in boxes:
+        x0, y0, x1, y1 = b["box"]
+        assert frame[0] <= x0 and x1 <= frame[2] and frame[1] <= y0 and y1 <= frame[3], (b, frame)
+        assert not _overlaps(b["box"], legend), (b, legend)
+    clash = [(a["label"], b["label"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlaps(a["box"], b["box"])]
+    assert not clash, clash[:5]
+    areas = {b["label"] for b in boxes if b["set"] == "area_label_set"}
+    topics = {b["label"] for b in boxes if b["set"] == "topic_label_set"}
+    assert 0 < len(topics) <= max_topics
+    return areas, topics
+
+
 class Browser:
-    """What a browser test gets: open_page(path, wait_js=..., ...) and the wait condition for a
-    rendered map table."""
+    """What a browser test gets: open_page(path, wait_js=..., ...), the wait conditions for a rendered
+    map table and a loaded map, the map page's probe helpers and its label check."""
 
     TABLE_RENDERED = TABLE_RENDERED
+    MAP_READY = MAP_READY
+    MAP_HELPERS = MAP_HELPERS
+    LABEL_BOXES = LABEL_BOXES
     open_page = staticmethod(open_page)
+    check_labels = staticmethod(check_map_labels)
 
 
 @pytest.fixture(scope="session")

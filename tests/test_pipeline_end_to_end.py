@@ -151,10 +151,16 @@ def test_missing_java_is_one_sentence(tmp_path, run_job):
 
 
 def test_the_real_map_opens_in_chromium_without_errors(browser, finished_run):
+    """At 1400 x 900: no errors, the table rendered, and the labels clear of each other and the legend."""
+    from mapping.render import RenderConfig
+
     run, _, _ = finished_run
-    r = browser.open_page(run / "map.html", wait_js=browser.TABLE_RENDERED, timeout=60)
+    r = browser.open_page(run / "map.html", wait_js=f"({browser.MAP_READY}) && {browser.TABLE_RENDERED}", timeout=60,
+                          viewport=(1400, 900), probes={"helpers": browser.MAP_HELPERS, "labels": browser.LABEL_BOXES})
     assert r["ready"], "BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
+    areas, shown = browser.check_labels(json.loads(r["probes"]["labels"]), RenderConfig().labels_on_map)
+    assert areas, "no research area is labelled on the demo's map"
     topics = pq.read_table(run / "topics").to_pandas()
     # the table lists the map's topics largest first: the largest one's label reaches the page
     biggest = topics.sort_values("size").groupby("resolution")["label"].last()

@@ -15,22 +15,6 @@ from mapping.html_map import build_html, payload_of, unpack_topics
 from mapping.render import RenderConfig
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
-# The page has decoded its blob, filled the sources and painted (or failed: then errors say why).
-MAP_READY = "window.sciencemap && (window.sciencemap.ready || window.sciencemap.error !== undefined)"
-# Page helpers for the probes: the BokehJS view of a named model, and hovering over topic i.
-HELPERS = r"""(() => {
-  const doc = Bokeh.documents[0];
-  window.__model = (name) => doc.get_model_by_name(name);
-  window.__view = (name) => { const m = __model(name); const st = [...Bokeh.index.roots];
-    while (st.length) { const v = st.pop(); if (v.model === m) return v; st.push(...v.children()); } return null; };
-  // The fill colours BokehJS computed for the topic points (RGBA as uint32), as drawn.
-  window.__colours = () => { const f = __view('topic_points').glyph.fill_color; return Array.from({length: f.length}, (_, i) => f.get(i)); };
-  window.__hover = (i) => { const pv = __view('topic_points').parent, d = __model('topics').data;
-    const el = pv.canvas_view.events_el, r = el.getBoundingClientRect();
-    const at = {clientX: r.left + pv.frame.x_scale.compute(d.x[i]), clientY: r.top + pv.frame.y_scale.compute(d.y[i]),
-                bubbles: true, pointerType: 'mouse', isPrimary: true};
-    for (const t of ['pointerenter', 'pointermove']) el.dispatchEvent(new PointerEvent(t, at)); return d.label[i]; };
-  return true; })()"""
 SEARCH_RESULT = "JSON.stringify([__model('topics').selected.indices, __model('search_info').text])"
 NO_WEBGL = """const get = HTMLCanvasElement.prototype.getContext;
 HTMLCanvasElement.prototype.getContext = function (type, ...args) { return /webgl/i.test(type) ? null : get.call(this, type, ...args); };"""
@@ -68,8 +52,8 @@ def test_map_html_no_errors_labels_escaped(tmp_path, browser):
     page = tmp_path / "map.html"
     page.write_text(html)
     # hover over the <script> topic (row 0: the largest): its example title is shown in the tooltip
-    r = browser.open_page(page, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
-                          probes={"helpers": HELPERS, "hover": "__hover(0)"})
+    r = browser.open_page(page, wait_js=f"({browser.MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
+                          probes={"helpers": browser.MAP_HELPERS, "hover": "__hover(0)"})
     assert r["ready"], "the map did not load or BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
     assert r["probes"]["hover"] == EVIL
@@ -127,7 +111,7 @@ def test_generated_map_decodes_hovers_switches_and_searches(tmp_path, browser, g
         "search_none": SEARCH_RESULT,
         "hover": "__hover(999)",
     }
-    r = browser.open_page(page, wait_js=MAP_READY, timeout=60, probes={"helpers": HELPERS, **probes})
+    r = browser.open_page(page, wait_js=browser.MAP_READY, timeout=60, probes={"helpers": browser.MAP_HELPERS, **probes})
     assert r["ready"] and r["errors"] == [], r["errors"]
     p = r["probes"]
     d = json.loads(p["data"])
@@ -173,8 +157,8 @@ def test_map_without_webgl_falls_back_to_canvas(tmp_path, browser, generated_top
     html = build_html(topics, examples, _png(), (-20, 20), (-20, 20), RenderConfig())
     page = tmp_path / "map.html"
     page.write_text(html)
-    r = browser.open_page(page, wait_js=MAP_READY, timeout=60, init_js=NO_WEBGL, probes={
-        "helpers": HELPERS, "state": "JSON.stringify([sciencemap.n, __view('topic_points').has_webgl, "
+    r = browser.open_page(page, wait_js=browser.MAP_READY, timeout=60, init_js=NO_WEBGL, probes={
+        "helpers": browser.MAP_HELPERS, "state": "JSON.stringify([sciencemap.n, __view('topic_points').has_webgl, "
                                      "!!document.createElement('canvas').getContext('webgl')])",
         "switch": "(__model('overlay').value = 'year', __colours().length)"})
     assert r["ready"] and r["errors"] == [], r["errors"]
@@ -192,11 +176,17 @@ def test_pipeline_map_html_in_browser(tmp_path, browser, make_run):
     run_knn(KnnConfig(k=8), layout)
     run_cluster(ClusterConfig(resolutions=[0.03], min_cluster_size=3), layout)
     run_render(RenderConfig(layout_method="pca", width=400, height=300, legend_width=120), layout)
-    r = browser.open_page(layout.map_html, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
-                          probes={"helpers": HELPERS, "before": "JSON.stringify(__colours())",
+    r = browser.open_page(layout.map_html, wait_js=f"({browser.MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30,
+                          probes={"helpers": browser.MAP_HELPERS, "before": "JSON.stringify(__colours())",
                                   "switch": "__model('overlay').value = 'year'",
-                                  "after": "JSON.stringify(__colours())", "n": "sciencemap.n"})
+                                  "after": "JSON.stringify(__colours())", "n": "sciencemap.n",
+                                  "regions": "JSON.stringify(__model('area_regions').data.area)",
+                                  "labels": browser.LABEL_BOXES})
     assert r["ready"] and r["errors"] == [], r["errors"]
+    # the research areas as a layer of shapes, one or more a named area, and every label clear of the others
+    areas = read_table(layout.table("areas")).to_pandas()
+    assert len(areas) > 1 and set(json.loads(r["probes"]["regions"])) == set(areas["label"])
+    browser.check_labels(json.loads(r["probes"]["labels"]), RenderConfig().labels_on_map)
     assert json.loads(r["probes"]["before"]) != json.loads(r["probes"]["after"])
     assert r["pwned"] is None
     t = read_table(layout.table("topics")).to_pandas()
@@ -219,8 +209,8 @@ def test_placed_papers_layer_shows_hovers_and_switches_off(tmp_path, browser):
     page.write_text(html)
     state = ("JSON.stringify([__model('placed_points').visible, __model('placed_toggle').labels, "
              "__model('placed').data.title])")
-    r = browser.open_page(page, wait_js=f"({MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30, probes={
-        "helpers": HELPERS, "on": state,      # (BokehJS runs a CustomJS callback asynchronously: set, then read)
+    r = browser.open_page(page, wait_js=f"({browser.MAP_READY}) && {browser.TABLE_RENDERED}", timeout=30, probes={
+        "helpers": browser.MAP_HELPERS, "on": state,      # (BokehJS runs a CustomJS callback asynchronously: set, then read)
         "switch_off": "(__model('placed_toggle').active = [], true)", "off": state,
         "switch_on": "(__model('placed_toggle').active = [0], true)", "back": state})
     assert r["ready"] and r["errors"] == [], r["errors"]
@@ -228,3 +218,26 @@ def test_placed_papers_layer_shows_hovers_and_switches_off(tmp_path, browser):
     assert on == [True, ["placed papers (2)"], [EVIL, "a new paper"]]
     assert off[0] is False and back[0] is True
     assert r["pwned"] is None and "placed papers (2)" in r["text"]
+
+
+def test_labels_never_overlap_and_zooming_makes_room(tmp_path, browser, generated_topics):
+    """A crowded map (3,000 topics, 12 areas with long names, room for far fewer labels than asked)
+    at 1400 x 900: every label drawn is clear of the others, of the legend and of the frame's edge,
+    before and after zooming in; zooming shows topic labels that had no room before."""
+    topics, examples = generated_topics(3000, seed=3)
+    rng = np.random.default_rng(1)
+    fields = pd.DataFrame({"label": [f"Area {i}: cell biology, neuroscience and more" for i in range(12)],
+                           "x": rng.normal(0, 4, 12), "y": rng.normal(0, 4, 12), "size": rng.integers(50, 900, 12)})
+    cfg = RenderConfig(labels_on_map=200)
+    page = tmp_path / "map.html"
+    page.write_text(build_html(topics, examples, _png(), (-20, 20), (-20, 20), cfg, fields))
+    zoom = "(() => { const m = __view('topic_points').parent.model; m.x_range.setv({start: -4, end: 4}); " \
+           "m.y_range.setv({start: -4, end: 4}); return true; })()"
+    r = browser.open_page(page, wait_js=browser.MAP_READY, timeout=60, viewport=(1400, 900),
+                          probes={"helpers": browser.MAP_HELPERS, "before": browser.LABEL_BOXES, "zoom": zoom, "after": browser.LABEL_BOXES})
+    assert r["ready"] and r["errors"] == [], r["errors"]
+    areas0, topics0 = browser.check_labels(json.loads(r["probes"]["before"]), cfg.labels_on_map)
+    areas1, topics1 = browser.check_labels(json.loads(r["probes"]["after"]), cfg.labels_on_map)
+    assert len(topics0) < cfg.labels_on_map     # crowded: far from every asked-for label had room
+    assert areas0 and areas0 <= set(fields["label"])
+    assert topics1 - topics0, "zooming in showed no topic label that was hidden before"
