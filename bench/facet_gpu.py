@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 # the script's own folder is first on the import path: bench/gpu_throughput.py's helpers
-from gpu_throughput import make_model, sync, texts_from_sample  # noqa: E402
+from gpu_throughput import cuda_or_say_why, make_model, sync, texts_from_sample  # noqa: E402
 
 from encoders.config import TrainConfig  # noqa: E402
 from encoders.training.feed import shard_order  # noqa: E402
@@ -116,10 +116,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if not a.dry_run:
-        if not torch.cuda.is_available():
-            print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
-                  "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+        if not cuda_or_say_why():
             return 2
         device, name, layers, hidden, heads = torch.device("cuda"), torch.cuda.get_device_name(0), 12, 768, 12
         steps, warm = a.steps or 30, a.warmup or 5

@@ -29,7 +29,7 @@ import torch
 
 # the script's own folder is first on the import path: bench/gpu_throughput.py's helpers
 from facet_gpu import step_tokens  # noqa: E402
-from gpu_throughput import make_model, sync, texts_from_sample  # noqa: E402
+from gpu_throughput import cuda_or_say_why, make_model, sync, texts_from_sample  # noqa: E402
 
 from encoders.config import TrainConfig  # noqa: E402
 from encoders.training.loop import run_train  # noqa: E402
@@ -123,10 +123,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if not a.dry_run:
-        if not torch.cuda.is_available():
-            print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
-                  "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+        if not cuda_or_say_why():
             return 2
         device, name, layers, hidden, heads = torch.device("cuda"), torch.cuda.get_device_name(0), 12, 768, 12
         steps, warm, sizes, max_length = a.steps or 20, a.warmup or 4, (512, 384, 256, 192, 128, 64), a.max_length

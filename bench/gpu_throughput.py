@@ -149,6 +149,16 @@ class Report:
         return rate
 
 
+def cuda_or_say_why() -> bool:
+    """True where torch sees a CUDA device; else prints why a GPU bench stops (it never falls back to the CPU)."""
+    if torch.cuda.is_available():
+        return True
+    print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
+          f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
+          "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+    return False
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -227,10 +237,7 @@ def main() -> int:
 
     dry = args.dry_run
     if not dry:
-        if not torch.cuda.is_available():
-            print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
-                  "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+        if not cuda_or_say_why():
             sys.exit(2)
         device, name = torch.device("cuda"), torch.cuda.get_device_name(0)
         docs, steps, warm = args.docs or 300_000, args.train_steps or 40, args.warmup_steps or 10

@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 # the script's own folder is first on the import path
 from facet_gpu import make_run, time_objective  # noqa: E402
-from gpu_throughput import make_model, texts_from_sample  # noqa: E402
+from gpu_throughput import cuda_or_say_why, make_model, texts_from_sample  # noqa: E402
 
 COPIES = ("Memcpy DtoH", "Memcpy HtoD")
 
@@ -59,10 +59,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=15, help="rows of each profiler table")
     a = ap.parse_args()
     if not a.dry_run:
-        if not torch.cuda.is_available():
-            print("error: no usable CUDA device (torch.cuda.is_available() is False; torch "
-                  f"{torch.__version__}, CUDA build {torch.version.cuda}). This benchmark measures the GPU and "
-                  "does not fall back to the CPU; use --dry-run to check the code on a CPU.", file=sys.stderr)
+        if not cuda_or_say_why():
             return 2
         device, name, (layers, hidden, heads) = torch.device("cuda"), torch.cuda.get_device_name(0), (12, 768, 12)
         activities, sort = [ProfilerActivity.CPU, ProfilerActivity.CUDA], "cuda_time_total"

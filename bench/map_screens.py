@@ -1,0 +1,144 @@
+"""Screenshots of runs' maps, to read them by eye side by side (issue 32).
+
+    .venv/bin/python bench/map_screens.py --run runs/demo --out screens            # after `make demo`
+    .venv/bin/python bench/map_screens.py --run runs/demo --run runs/elife --out screens
+
+For each run, into <out>/<run folder name>/: map_html.png, the run's map.html opened in headless
+Chromium (the browser tests' driver, tests/conftest.py) at --width x --height (1400 x 900) once the
+page is ready (window.sciencemap.ready: data decoded, labels placed, plot painted), then zoomed in
+to the middle quarter (map_html_zoom.png); a copy of each map PNG the render stage wrote (map.png,
+map_field.png, map_year.png, map_interdisciplinarity.png); and, where the datamapplot package is
+installed, datamapplot_static.png: its static plot of the same paper positions (paper_xy.npy) with
+each paper's topic label, the areas' labels not given (datamapplot places its own). Without it the
+index says so. <out>/index.html shows them side by side. Prints what it wrote and, per HTML view, how
+many area and topic labels the page shows.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PNGS = ("map.png", "map_field.png", "map_year.png", "map_interdisciplinarity.png")
+READY = "window.sciencemap && (window.sciencemap.ready || window.sciencemap.error !== undefined)"
+LABEL_COUNTS = ("JSON.stringify([Bokeh.documents[0].get_model_by_name('field_labels').data.label.length, "
+                "Bokeh.documents[0].get_model_by_name('map_labels').data.label.length])")
+ZOOM = """(() => { const doc = Bokeh.documents[0], m = doc.get_model_by_name('topic_points');
+  const st = [...Bokeh.index.roots]; let v = null;
+  while (st.length && v === null) { const x = st.pop(); if (x.model === m) v = x; else st.push(...x.children()); }
+  const plot = v.parent.model;
+  for (const r of [plot.x_range, plot.y_range]) { const c = (r.start + r.end) / 2, h = (r.end - r.start) / 4;
+    r.setv({start: c - h, end: c + h}); } return true; })()"""
+
+def conftest():
+    """tests/conftest.py, loaded by file: the browser tests' headless Chromium (CDP over a pipe)."""
+    spec = importlib.util.spec_from_file_location("sciencemap_tests_conftest", REPO / "tests" / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def html_screens(page: Path, out: Path, width: int, height: int, timeout: float = 60) -> list[dict]:
+    """map_html.png and map_html_zoom.png of the page; the labels shown in each view."""
+    c = conftest().Chromium()
+    views = []
+    try:
+        target = c.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        sess = c.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        c.send("Page.enable", session=sess)
+        c.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
+                                                      "mobile": False}, session=sess)
+        c.send("Page.navigate", {"url": page.resolve().as_uri()}, session=sess)
+
+        def ev(expr):
+            r = c.send("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": True},
+                       session=sess)
+            return r.get("result", {}).get("value")
+
+        deadline = time.monotonic() + timeout
+        while not ev(READY):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{page} did not get ready in {timeout:.0f} s")
+            c.pump(0.25)
+        for name, before in (("map_html.png", None), ("map_html_zoom.png", ZOOM)):
+            if before:
+                ev(before)
+            c.pump(1.0)                     # the labels are placed once a frame after a range change
+            shot = c.send("Page.captureScreenshot", {"format": "png"}, session=sess)
+            (out / name).write_bytes(base64.b64decode(shot["data"]))
+            areas, topics = json.loads(ev(LABEL_COUNTS))
+            views.append({"file": name, "area_labels": areas, "topic_labels": topics})
+    finally:
+        c.close()
+    return views
+
+
+def datamapplot_static(run: Path, out: Path) -> str:
+    """datamapplot's static plot of the run's paper positions and topic labels, or why not."""
+    try:
+        import datamapplot
+    except ImportError:
+        return "datamapplot is not installed (pip install datamapplot==0.7.3): no static plot beside"
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from mapping.place import load_map
+    from sciencemap.layout import RunLayout
+
+    xy = np.load(run / "paper_xy.npy")
+    state = load_map(RunLayout(run), len(xy))
+    topics = pq.read_table(run / "topics").to_pandas()
+    label = topics[topics["resolution"] == state.resolution].set_index("cluster")["label"]
+    topic_label = label.reindex(state.clusters).fillna("Unlabelled").to_numpy(dtype=object)
+    ok = np.isfinite(xy[:, 0]) & (state.topic_of_row >= 0)
+    names = topic_label[state.topic_of_row[ok]]
+    t = time.perf_counter()
+    fig, _ = datamapplot.create_plot(xy[ok], names)
+    fig.savefig(out / "datamapplot_static.png", dpi=100)
+    return f"datamapplot {datamapplot.__version__}: static plot in {time.perf_counter() - t:.1f} s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", type=Path, action="append", required=True, help="a run directory with map.html (repeat)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--height", type=int, default=900)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for run in a.run:
+        if not (run / "map.html").is_file():
+            print(f"error: {run} has no map.html: run the pipeline (make demo) or the render stage first",
+                  file=sys.stderr)
+            return 2
+        out = a.out / run.resolve().name
+        out.mkdir(parents=True, exist_ok=True)
+        views = html_screens(run / "map.html", out, a.width, a.height)
+        pngs = [p for p in PNGS if (run / p).is_file()]
+        for p in pngs:
+            shutil.copyfile(run / p, out / p)
+        note = datamapplot_static(run, out)
+        for v in views:
+            print(f"{run}: {v['file']}: {v['area_labels']} area and {v['topic_labels']} topic labels")
+        print(f"{run}: {', '.join(pngs)} copied; {note}")
+        rows.append((out.name, views, pngs, note))
+    cells = []
+    for name, views, pngs, note in rows:
+        imgs = "".join(f'<figure><img src="{name}/{f}" width="700"><figcaption>{f}</figcaption></figure>'
+                       for f in [v["file"] for v in views] + pngs
+                       + (["datamapplot_static.png"] if (a.out / name / "datamapplot_static.png").is_file() else []))
+        cells.append(f"<h2>{name}</h2><p>{note}</p><div style='display:flex;flex-wrap:wrap'>{imgs}</div>")
+    (a.out / "index.html").write_text("<html><body>" + "".join(cells) + "</body></html>")
+    print(f"wrote {a.out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
