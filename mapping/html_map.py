@@ -47,7 +47,7 @@ FIELD_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
                  "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 OTHER_COLOR = "#7f7f7f"
 # Label fonts by level, not by size: areas bold and larger, topics small (Bokeh's default family).
-AREA_FONT, TOPIC_FONT, LABEL_FAMILY = "12pt", "9pt", "helvetica"
+AREA_FONT, TOPIC_FONT, LABEL_FAMILY = "12pt", "9pt", "Helvetica, Arial, sans-serif"
 LABEL_GAP = 2   # px of free space each side of a label's text
 DATA_ELEMENT_ID = "sciencemap-data"
 MISSING_Q = 65535                   # quantized value of NaN
@@ -427,6 +427,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
                               TableColumn, TextInput)
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
+    from bokeh.core.properties import value
     from bokeh.core.templates import FILE
     from jinja2 import Template
 
@@ -506,11 +507,11 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         area_cand = {"x": f["x"].astype(float).tolist(), "y": f["y"].astype(float).tolist(),
                      "label": [clean_text(s) for s in f["label"]]}
     p.add_layout(LabelSet(x="x", y="y", text="label", source=lab_src, text_font_size=TOPIC_FONT,
-                          text_font=LABEL_FAMILY, text_align="center", text_baseline="middle",
+                          text_font=value(LABEL_FAMILY), text_align="center", text_baseline="middle",
                           text_color="#111111", background_fill_color="white", background_fill_alpha=0.6,
                           name="topic_label_set"))
     p.add_layout(LabelSet(x="x", y="y", text="label", source=area_src, text_font_size=AREA_FONT,
-                          text_font=LABEL_FAMILY, text_font_style="bold", text_align="center",
+                          text_font=value(LABEL_FAMILY), text_font_style="bold", text_align="center",
                           text_baseline="middle", text_color="#222222", background_fill_color="white",
                           background_fill_alpha=0.45, name="area_label_set"))
 
@@ -526,8 +527,10 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         rest = int(fcounts[len(FIELD_PALETTE):].sum())
         items.append(LegendItem(label=f"{len(fnames) - len(FIELD_PALETTE):,} other fields ({rest:,})",
                                 renderers=[swatch(OTHER_COLOR)]))
+    # In the panel right of the frame, anchored at the panel's left edge: at the default top_right, BokehJS
+    # 3.9 drew the demo map's legend 5 px over the frame's right edge (and over the labels there).
     legend = Legend(items=items, title=f"{category.label} (topics)", label_text_font_size="8pt", glyph_height=12,
-                    glyph_width=12, spacing=1, name="field_legend")
+                    glyph_width=12, spacing=1, name="field_legend", location="top_left")
     p.add_layout(legend, "right")
     bars = {ov.name: ColorBar(color_mapper=mappers[ov.name], title=ov.label, visible=False, name=f"{ov.name}_bar",
                               width=14) for ov in values}
