@@ -416,7 +416,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
     table_rows topics (0 = all, the default; BokehJS's table draws only the visible rows).
     `placed` (x, y, paper_id, title, topic: papers placed on the map by mapping.place): a layer of
     black rings with their own hover, switched on and off by a checkbox above the map. `regions`
-    ((area label, xs, ys) outlines in data coordinates: mapping.render.area_shapes_px): the research
+    ((area label, tint, xs, ys) outlines in data coordinates: mapping.render.write_html): the research
     areas as light shapes under the topic points, switched on and off by a checkbox."""
     from bokeh.document import Document
     from bokeh.embed import file_html
@@ -459,12 +459,14 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
                                              high=lim(v)[1], nan_color="#bbbbbb", name=f"{ov.name}_mapper")
     controls = []
     if regions:
-        # drawn first: under the topic points (no hover of their own: the area labels name them)
-        rsrc = ColumnDataSource({"xs": [np.asarray(xs, float).tolist() for _, xs, _ in regions],
-                                 "ys": [np.asarray(ys, float).tolist() for _, _, ys in regions],
-                                 "area": [clean_text(a) for a, _, _ in regions]}, name="area_regions")
-        regions_r = p.patches("xs", "ys", source=rsrc, fill_color="#9a9a9a", fill_alpha=0.07, line_color="#6e6e6e",
-                              line_alpha=0.7, line_width=1.5, name="area_shapes")
+        # drawn first: under the topic points (no hover of their own: the area labels name them). An area
+        # often lies in several pieces; its one tint (the PNGs') lets them read as one region.
+        rsrc = ColumnDataSource({"xs": [np.asarray(xs, float).tolist() for _, _, xs, _ in regions],
+                                 "ys": [np.asarray(ys, float).tolist() for _, _, _, ys in regions],
+                                 "area": [clean_text(a) for a, _, _, _ in regions],
+                                 "tint": [t for _, t, _, _ in regions]}, name="area_regions")
+        regions_r = p.patches("xs", "ys", source=rsrc, fill_color="tint", fill_alpha=0.35, line_color="#6e6e6e",
+                              line_alpha=0.7, line_width=1.2, name="area_shapes")
         areas_on = CheckboxGroup(labels=["research areas"], active=[0], name="areas_toggle")
         areas_on.js_on_change("active", CustomJS(args={"r": regions_r}, code="r.visible = cb_obj.active.includes(0);"))
         controls.append(areas_on)

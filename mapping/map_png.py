@@ -21,6 +21,9 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 # A grey layer underneath the named categories (cited-only papers, papers whose topic has no value).
 UNDER_COLOR = "#c4c4c4"
+# Light tints of the research areas' shapes (ColorBrewer Pastel1 and Set3, greys left out), by area number.
+AREA_TINTS = ["#fbb4ae", "#b3cde3", "#ccebc5", "#decbe4", "#fed9a6", "#ffffcc", "#e5d8bd", "#fddaec",
+              "#8dd3c7", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#bc80bd"]
 TITLE_H = 30
 
 
@@ -199,11 +202,14 @@ def shade_values(x, y, values, frame: Frame, cmap: list[str], span: tuple[float,
 
 # ---------------------------------------------------------------- frame, legend, colour bar, labels
 
-def compose(img, frame: Frame, title: str):
-    """White canvas: title band, the map image under it, an empty legend strip. Returns (image, draw)."""
+def compose(img, frame: Frame, title: str, under=None):
+    """White canvas: title band, the map image under it (over `under`, an RGBA image of the map's size,
+    if given), an empty legend strip. Returns (image, draw)."""
     from PIL import Image, ImageDraw
 
     out = Image.new("RGB", (frame.width, frame.height), "white")
+    if under is not None:
+        out.paste(under, (0, TITLE_H), under)
     out.paste(img, (0, TITLE_H), img)
     draw = ImageDraw.Draw(out)
     f = font(14)

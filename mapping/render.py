@@ -52,7 +52,7 @@ from mapping import html_map
 from mapping.areas import area_membership, area_outlines, area_regions, topic_graph
 from mapping.io import cluster_labels, cluster_resolutions, load_row_meta, read_titles
 from mapping.layout import LocalLayout, new_local_layout, topic_layout
-from mapping.map_png import (PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
+from mapping.map_png import (AREA_TINTS, PALETTE, TITLE_H, UNDER_COLOR, Frame, bounds, colour_bar, compose, legend, palette_of,
                              place_labels, shade_categories, shade_values)
 from mapping.overlays import OVERLAYS, overlays, topics_schema
 from mapping.topics import PaperData, central_rows, infer_fields, topic_vectors
@@ -370,6 +370,21 @@ def _png_bytes(img) -> bytes:
 AREA_LINE = "#6e6e6e"   # research areas' outlines on the PNGs (and, lighter, on the HTML map)
 
 
+def area_tint(area: int) -> str:
+    return AREA_TINTS[area % len(AREA_TINTS)]
+
+
+def tint_layer(shapes: list[tuple[int, np.ndarray]], frame: Frame):
+    """RGBA image of the map: each area's shapes filled with its tint, drawn under the papers."""
+    from PIL import Image, ImageDraw
+
+    layer = Image.new("RGBA", (frame.map_w, frame.map_h), (255, 255, 255, 0))
+    draw = ImageDraw.Draw(layer)
+    for a, xy in shapes:
+        draw.polygon([(x, y - TITLE_H) for x, y in xy.tolist()], fill=area_tint(a) + "50")   # light: the papers keep their colours
+    return layer
+
+
 def area_shapes_px(map_topics: pd.DataFrame, topic_area, frame: Frame, cell: int = 4) -> list[tuple[int, np.ndarray]]:
     """The research areas' smooth outlines (mapping.areas.area_outlines) in the frame's image pixels."""
     tx, ty = frame.to_px(map_topics["x"].to_numpy(), map_topics["y"].to_numpy())
@@ -407,9 +422,11 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
     lab_x, lab_y = map_topics["x"].to_numpy()[big], map_topics["y"].to_numpy()[big]
 
-    outlines, area_text = [], None
+    outlines, area_text, tints = [], None, None
     if areas is not None and topic_area is not None and len(areas) > 1:
-        outlines = [[tuple(pt) for pt in xy.tolist()] for _, xy in area_shapes_px(map_topics, topic_area, frame)]
+        shapes = area_shapes_px(map_topics, topic_area, frame)
+        outlines = [[tuple(pt) for pt in xy.tolist()] for _, xy in shapes]
+        tints = tint_layer(shapes, frame)
         top = areas.sort_values("size", ascending=False, kind="stable").head(cfg.area_labels)
         area_text = (top["label"].fillna("").str.upper().tolist(), top["x"].to_numpy(), top["y"].to_numpy())
 
@@ -421,7 +438,7 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
             rings = [(a - MARK_R, b - MARK_R, a + MARK_R, b + MARK_R) for a, b in zip(mx.tolist(), my.tolist())]
 
     def finish(img, path, draw_legend):
-        out, draw = compose(img, frame, title)
+        out, draw = compose(img, frame, title, under=tints)
         draw_legend(draw)
         draw.point(dots, fill=MARK_COLOR)
         for box in rings:
@@ -483,7 +500,7 @@ def write_html(layout: RunLayout, base, pxy: np.ndarray, map_topics: pd.DataFram
     if areas is not None and topic_area is not None and len(areas) > 1:
         frame = Frame(cfg.width, cfg.height, cfg.legend_width, xr, yr)    # draw_pngs' frame: same ranges
         label = areas.set_index("area")["label"] if "area" in areas.columns else pd.Series(dtype=object)
-        regions = [(str(label.get(a, "")), xr[0] + xy[:, 0] / frame.map_w * (xr[1] - xr[0]),
+        regions = [(str(label.get(a, "")), area_tint(a), xr[0] + xy[:, 0] / frame.map_w * (xr[1] - xr[0]),
                     yr[1] - (xy[:, 1] - TITLE_H) / frame.map_h * (yr[1] - yr[0]))
                    for a, xy in area_shapes_px(map_topics, topic_area, frame)]
     html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas, placed=placed,
