@@ -60,10 +60,14 @@ class Progress:
         self.rows_todo, self.dist = rows_todo, dist
         self.rows = self.docs = self.tokens = self.padded = 0
         self.t0 = self.last = time.perf_counter()
+        self.first = None   # (seconds, tokens) when the first batch was done: the feed's start-up and the
+        #                     first forward (a compile or a new shape) end there; the rest is the steady state
 
     def batch(self, docs: int, tokens: int) -> None:
         self.docs += docs
         self.tokens += tokens
+        if self.first is None:
+            self.first = (self.seconds, self.tokens)
         if time.perf_counter() - self.last > PROGRESS_SECONDS:
             self.report()
 
@@ -391,6 +395,9 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
             "tokens_per_second": round(progress.tokens / s) if progress.docs else None,
             "padding": round(progress.padded / progress.tokens, 4) if progress.tokens else None,
             "embed_seconds": round(s, 2), "device": str(enc.device), "precision": precision, "max_length": enc.max_length,
+            "first_batch_seconds": round(progress.first[0], 2) if progress.first else None,
+            "tokens_per_second_after_first_batch": round((progress.tokens - progress.first[1]) / (s - progress.first[0]))
+            if progress.first and s > progress.first[0] and progress.tokens > progress.first[1] else None,
             **compile_outcome(forward), "feed": asdict(shape),
             "skipped": sum(reasons.values()), "skipped_by_reason": dict(reasons),
             "skipped_papers": [{"paper_id": x["paper_id"], "reason": x["reason"]} for x in listed],
