@@ -8,8 +8,9 @@ Chromium (the browser tests' driver, tests/conftest.py) at --width x --height (1
 page is ready (window.sciencemap.ready: data decoded, labels placed, plot painted), then zoomed in
 to the middle quarter (map_html_zoom.png); a copy of each map PNG the render stage wrote (map.png,
 map_field.png, map_year.png, map_interdisciplinarity.png); and, where the datamapplot package is
-installed, datamapplot_static.png: its static plot of the same paper positions (paper_xy.npy) with
-each paper's topic label, the areas' labels not given (datamapplot places its own). Without it the
+installed, datamapplot_static.png: its static plot of the same paper positions (paper_xy.npy), the
+papers of the --labels (25, as labels_on_png) largest topics named by their topic's label, the rest
+unlabelled (datamapplot places the labels itself, outside the cloud on leader lines). Without it the
 index says so. <out>/index.html shows them side by side. Prints what it wrote and, per HTML view, how
 many area and topic labels the page shows.
 """
@@ -79,8 +80,8 @@ def html_screens(page: Path, out: Path, width: int, height: int, timeout: float 
     return views
 
 
-def datamapplot_static(run: Path, out: Path) -> str:
-    """datamapplot's static plot of the run's paper positions and topic labels, or why not."""
+def datamapplot_static(run: Path, out: Path, labels: int) -> str:
+    """datamapplot's static plot of the run's paper positions, the `labels` largest topics named, or why not."""
     try:
         import datamapplot
     except ImportError:
@@ -94,7 +95,9 @@ def datamapplot_static(run: Path, out: Path) -> str:
     xy = np.load(run / "paper_xy.npy")
     state = load_map(RunLayout(run), len(xy))
     topics = pq.read_table(run / "topics").to_pandas()
-    label = topics[topics["resolution"] == state.resolution].set_index("cluster")["label"]
+    shown = topics[topics["resolution"] == state.resolution].set_index("cluster")
+    # the PNGs' labels: the `labels` largest topics named, the rest "Unlabelled" (datamapplot's none)
+    label = shown.sort_values("size", ascending=False, kind="stable")["label"].head(labels)
     topic_label = label.reindex(state.clusters).fillna("Unlabelled").to_numpy(dtype=object)
     ok = np.isfinite(xy[:, 0]) & (state.topic_of_row >= 0)
     names = topic_label[state.topic_of_row[ok]]
@@ -110,6 +113,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--height", type=int, default=900)
+    ap.add_argument("--labels", type=int, default=25, help="largest topics named in datamapplot's plot (the PNGs' 25)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -124,7 +128,7 @@ def main() -> int:
         pngs = [p for p in PNGS if (run / p).is_file()]
         for p in pngs:
             shutil.copyfile(run / p, out / p)
-        note = datamapplot_static(run, out)
+        note = datamapplot_static(run, out, a.labels)
         for v in views:
             print(f"{run}: {v['file']}: {v['area_labels']} area and {v['topic_labels']} topic labels")
         print(f"{run}: {', '.join(pngs)} copied; {note}")
