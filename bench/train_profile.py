@@ -2,7 +2,7 @@
 at the seed recipe (8 x 4 accumulation) with a BERT-base-sized encoder, and the share of a step
 the GPU is busy.
 
-    .venv/bin/python bench/train_profile.py                      # on a CUDA machine; ~2 minutes
+    .venv/bin/python bench/train_profile.py                      # on a CUDA machine; a few minutes
     .venv/bin/python bench/train_profile.py --objectives triplet flew
     .venv/bin/python bench/train_profile.py --dry-run            # on a CPU: checks the code, measures nothing
 
