@@ -259,8 +259,7 @@ S.t_start = performance.now();
 // wider on each side than the text.
 const placer = (d) => {
   const ctx = document.createElement("canvas").getContext("2d");
-  const px = (size) => parseFloat(size) * (size.endsWith("pt") ? 4 / 3 : 1);
-  const levels = [[areas, area_font, area_src, Infinity], [d, topic_font, labels, n_labels]];
+  const levels = [[areas, area_font, area_px, area_src, Infinity], [d, topic_font, topic_px, labels, n_labels]];
   let pending = false;
   const place = () => {
     pending = false;
@@ -270,9 +269,9 @@ const placer = (d) => {
     const boxes = [];
     const free = (b) => b[0] >= 0 && b[1] >= 0 && b[2] <= W && b[3] <= H &&
       boxes.every(o => b[0] >= o[2] || o[0] >= b[2] || b[1] >= o[3] || o[1] >= b[3]);
-    for (const [cand, font, source, limit] of levels) {
+    for (const [cand, font, font_px, source, limit] of levels) {
       ctx.font = font;
-      const h = px(font.split(" ").find(t => /\d(pt|px)$/.test(t))) * 1.2 + 2 * gap;
+      const h = font_px * 1.2 + 2 * gap;
       const out = {x: [], y: [], label: []};
       for (let i = 0; i < cand.label.length && out.label.length < limit; i++) {
         const t = cand.label[i], sx = (cand.x[i] - xr.start) * kx, sy = (yr.end - cand.y[i]) * ky;
@@ -288,7 +287,6 @@ const placer = (d) => {
       }
       source.data = out;
     }
-    S.label_boxes = boxes;
   };
   const request = () => { if (!pending) { pending = true; requestAnimationFrame(place); } };
   for (const r of [plot.x_range, plot.y_range]) for (const k of ["start", "end"]) r.properties[k].change.connect(request);
@@ -395,6 +393,11 @@ clearTimeout(S.search_timer);
 if (instant) S.search(cb_obj.value);      // Enter or leaving the box
 else S.search_timer = setTimeout(() => S.search(cb_obj.value_input), 200);   // while typing
 """
+
+
+def _font_px(size: str) -> float:
+    """A CSS font size ("12pt" or "16px") in pixels."""
+    return float(size[:-2]) * (4 / 3 if size.endswith("pt") else 1)
 
 
 def _legend_label(name: str, count: int, width: int = 38) -> str:
@@ -570,6 +573,7 @@ def build_html(topics: pd.DataFrame, examples: list[list[str]], background_png: 
         "n_labels": int(cfg.labels_on_map), "table_rows": int(table_rows), "marker": list(marker),
         "plot": p, "areas": area_cand, "area_src": area_src, "gap": LABEL_GAP,
         "area_font": f"bold {AREA_FONT} {LABEL_FAMILY}", "topic_font": f"{TOPIC_FONT} {LABEL_FAMILY}",
+        "area_px": _font_px(AREA_FONT), "topic_px": _font_px(TOPIC_FONT),
         "values": [[ov.name, ov.digits] for ov in values]}, code=_LOAD_JS))
     doc.title = cfg.title
     page = Template("{% extends base %}{% block postamble %}<script type=\"application/octet-stream\" id=\""

@@ -51,6 +51,13 @@ class Frame:
         py = TITLE_H + (y1 - np.asarray(y, float)) / (y1 - y0) * self.map_h
         return px, py
 
+    def to_data(self, px: np.ndarray, py: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The inverse of to_px: pixel coordinates of the whole image → data coordinates."""
+        (x0, x1), (y0, y1) = self.x_range, self.y_range
+        x = x0 + np.asarray(px, float) / self.map_w * (x1 - x0)
+        y = y1 - (np.asarray(py, float) - TITLE_H) / self.map_h * (y1 - y0)
+        return x, y
+
 
 def bounds(x: np.ndarray, y: np.ndarray, margin: float = 0.05):
     x0, x1 = float(np.nanmin(x)), float(np.nanmax(x))

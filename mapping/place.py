@@ -297,15 +297,14 @@ def redraw(layout: RunLayout, vec, state: MapState, new_xy: np.ndarray, new_pape
     out.root.mkdir(parents=True, exist_ok=True)
     # the map's papers exactly as the render stage drew them; the placed ones on top (draw_pngs marks)
     map_xy = np.asarray(pxy[shown], np.float32)
-    base, files, _, _ = draw_pngs(out, map_xy, codes[shown], names, state.topic_of_row[shown], t, cfg,
-                                  state.resolution, under=CITED_ONLY, areas=areas,
-                                  topic_area=None if topic_area is None else np.asarray(topic_area),
-                                  marks=np.asarray(new_xy, np.float32), marks_label=PLACED)
+    base, files, _, _, regions = draw_pngs(out, map_xy, codes[shown], names, state.topic_of_row[shown], t, cfg,
+                                           state.resolution, under=CITED_ONLY, areas=areas,
+                                           topic_area=None if topic_area is None else np.asarray(topic_area),
+                                           marks=np.asarray(new_xy, np.float32), marks_label=PLACED)
     # map.html with the placed papers as a layer; the topics' example titles as render saved them
     examples = json.loads(str(state.extra["examples"])) if "examples" in state.extra else [[] for _ in range(len(t))]
     label = t.set_index("cluster")["label"]
     layer = new_papers.assign(x=new_xy[:, 0], y=new_xy[:, 1], topic=new_papers["cluster"].map(label))
-    write_html(out, base, map_xy, t, examples, cfg, areas, placed=layer,
-               topic_area=None if topic_area is None else np.asarray(topic_area))
+    write_html(out, base, map_xy, t, examples, cfg, areas, placed=layer, regions=regions)
     return {"pngs": files, "html": str(out.map_html)}
 

@@ -399,7 +399,8 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
               marks_label: str = "placed (new)"):
     """map.png (papers by category: `codes` into `names`) and the overlay PNGs (papers by their
     topic's row in `map_topics`: `topic`), from float32 positions. Returns (the base map's
-    datashader image, {name: path}, papers per category, papers and topics per main field).
+    datashader image, {name: path}, papers per category, papers and topics per main field, the research
+    areas' shapes for map.html: (label, tint, xs, ys) in data coordinates, or None without areas).
     `marks` (data positions: placed papers) are drawn on top of every PNG, not shaded with the map's
     papers, so the map's own pixels and colours stay as the render stage drew them: a black dot
     each (a colour no source and no overlay has), ringed up to MARKS_MAX of them, and a legend entry
@@ -422,11 +423,14 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
     lab_text = map_topics["label"].fillna("").to_numpy(dtype=object)[big].tolist()
     lab_x, lab_y = map_topics["x"].to_numpy()[big], map_topics["y"].to_numpy()[big]
 
-    outlines, area_text, tints = [], None, None
+    outlines, area_text, tints, regions = [], None, None, None
     if areas is not None and topic_area is not None and len(areas) > 1:
         shapes = area_shapes_px(map_topics, topic_area, frame)
         outlines = [[tuple(pt) for pt in xy.tolist()] for _, xy in shapes]
         tints = tint_layer(shapes, frame)
+        # the same shapes for map.html, in data coordinates (its plot ranges are this frame's)
+        label = areas.set_index("area")["label"] if "area" in areas.columns else pd.Series(dtype=object)
+        regions = [(str(label.get(a, "")), area_tint(a), *frame.to_data(xy[:, 0], xy[:, 1])) for a, xy in shapes]
         top = areas.sort_values("size", ascending=False, kind="stable").head(cfg.area_labels)
         area_text = (top["label"].fillna("").str.upper().tolist(), top["x"].to_numpy(), top["y"].to_numpy())
 
@@ -482,27 +486,20 @@ def draw_pngs(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: list
                 finish(img, path, lambda d, h=ov.title, p=pal, s=span, f=f".{ov.bar_digits}f", nt=note:
                        colour_bar(d, frame, h, p, s, f, nt))
             files[f"map_{ov.name}"] = str(path)
-    return base, files, counts, field_summary
+    return base, files, counts, field_summary, regions
 
 
 def write_html(layout: RunLayout, base, pxy: np.ndarray, map_topics: pd.DataFrame, examples: list[list[str]],
                cfg: RenderConfig, areas: pd.DataFrame | None, placed: pd.DataFrame | None = None,
-               topic_area: np.ndarray | None = None) -> str:
+               regions: list | None = None) -> str:
     """map.html over the base map's bare datashader image on white (extent = the plot ranges);
-    `placed`: the placed papers' layer (mapping.place); `topic_area`: each topic's area, for the
-    areas' outlines (the PNGs' shapes, in data coordinates)."""
+    `placed`: the placed papers' layer (mapping.place); `regions`: the areas' shapes as draw_pngs
+    returns them (label, tint, xs, ys in data coordinates)."""
     from PIL import Image
 
     bg = Image.new("RGB", base.size, "white")
     bg.paste(base, (0, 0), base)
     xr, yr = bounds(pxy[:, 0], pxy[:, 1])
-    regions = None
-    if areas is not None and topic_area is not None and len(areas) > 1:
-        frame = Frame(cfg.width, cfg.height, cfg.legend_width, xr, yr)    # draw_pngs' frame: same ranges
-        label = areas.set_index("area")["label"] if "area" in areas.columns else pd.Series(dtype=object)
-        regions = [(str(label.get(a, "")), area_tint(a), xr[0] + xy[:, 0] / frame.map_w * (xr[1] - xr[0]),
-                    yr[1] - (xy[:, 1] - TITLE_H) / frame.map_h * (yr[1] - yr[0]))
-                   for a, xy in area_shapes_px(map_topics, topic_area, frame)]
     html = html_map.build_html(map_topics, examples, _png_bytes(bg), xr, yr, cfg, fields=areas, placed=placed,
                                  webgl=cfg.html_backend == "webgl", regions=regions)
     write_text_atomic(layout.map_html, html)
@@ -514,8 +511,8 @@ def render_files(layout: RunLayout, pxy: np.ndarray, codes: np.ndarray, names: l
                  areas: pd.DataFrame | None = None, topic_area: np.ndarray | None = None) -> dict:
     """Write the map PNGs (draw_pngs) and map.html from the shown papers' positions (float32),
     their source categories (codes into `names`) and topics (rows of `map_topics`)."""
-    base, files, counts, field_summary = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg, map_res,
-                                                   areas=areas, topic_area=topic_area)
-    html = write_html(layout, base, pxy, map_topics, examples, cfg, areas, topic_area=topic_area)
+    base, files, counts, field_summary, regions = draw_pngs(layout, pxy, codes, names, topic, map_topics, cfg,
+                                                            map_res, areas=areas, topic_area=topic_area)
+    html = write_html(layout, base, pxy, map_topics, examples, cfg, areas, regions=regions)
     return {"png": str(layout.map_png), "pngs": files, "html": str(layout.map_html), "html_bytes": len(html),
             "sources": counts, "fields": field_summary}
