@@ -130,9 +130,11 @@ def paper_columns() -> list[str]:
     return [ov.paper_column for ov in OVERLAYS if ov.paper_column]
 
 
-def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: int | None = None) -> pd.DataFrame:
+def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: int | None = None,
+             distinct_labels: bool = False) -> pd.DataFrame:
     """Per topic: cluster, size, label, then one column per overlay. `labels` (int, -1 = in no
-    topic) aligns with the rows of `data`."""
+    topic) aligns with the rows of `data`. distinct_labels: no two labels alike (the research
+    areas' two-word labels; mapping.topics.distinct_labels)."""
     labels = np.asarray(labels)
     keep = labels >= 0
     if n_topics is None:
@@ -147,7 +149,8 @@ def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: in
         ok = wr >= 0
         word_labels[ok] = labels[wr[ok]]
     out = {"cluster": np.arange(n_topics, dtype=np.int32), "size": size.astype(np.int32),
-           "label": label_words(topic_word_counts(word_labels, data.words, n_topics), data.vocab, n_words)}
+           "label": label_words(topic_word_counts(word_labels, data.words, n_topics), data.vocab, n_words,
+                                distinct=distinct_labels)}
     for ov in OVERLAYS:
         values = ov.per_topic(g)
         out[ov.column] = (np.asarray(values, np.float64).astype(ov.type.to_pandas_dtype())

@@ -334,7 +334,7 @@ def research_areas(layout: RunLayout, data: PaperData, lab_d: np.ndarray, graph_
     W = topic_graph(edges, graph_topic, T)
     topic_area = area_membership(W, cfg.area_resolution, cfg.seed)
     row_area = np.where(lab_d >= 0, topic_area[np.maximum(lab_d, 0)], -1)
-    ov = overlays(data, row_area, 2, n_topics=int(topic_area.max()) + 1)
+    ov = overlays(data, row_area, 2, n_topics=int(topic_area.max()) + 1, distinct_labels=True)
     size = map_topics["size"].to_numpy(np.float64)
     n_area = len(ov)
     wsum = np.bincount(topic_area, weights=size, minlength=n_area)
