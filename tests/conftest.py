@@ -125,22 +125,18 @@ class Chromium:
         r_out, w_out = os.pipe()  # chromium fd 4 -> we read
 
         # Move both ends above fd 4 first so that the dup2 calls cannot clobber each other.
-        r_in_hi, w_out_hi = os.dup(r_in), os.dup(w_out)
-        while min(r_in_hi, w_out_hi) <= 4:
-            r_in_hi, w_out_hi = os.dup(r_in_hi), os.dup(w_out_hi)
-        os.close(r_in)
-        os.close(w_out)
-        r_in, w_out = r_in_hi, w_out_hi
+        r_in, w_out = self._above_4(r_in), self._above_4(w_out)
 
         def child_fds():
-            os.dup2(r_in, 3)
-            os.dup2(w_out, 4)
+            os.dup2(r_in, 3)      # dup2 makes 3 and 4 inheritable; Python opens others non-inheritable
+            os.dup2(w_out, 4)     # (PEP 446), so close_fds=False hands chromium these two. (pass_fds=(3, 4)
+                                  # fails with EBADF unless 3 and 4 happen to be open in this process.)
 
         self.proc = subprocess.Popen(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
              f"--user-data-dir={self.tmp}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=child_fds, stdout=subprocess.DEVNULL,
+            close_fds=False, preexec_fn=child_fds, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL if not os.environ.get("CDP_DEBUG") else None)
         os.close(r_in)
         os.close(w_out)
@@ -148,6 +144,17 @@ class Chromium:
         self.buf = b""
         self.next_id = 0
         self.events: list[dict] = []
+
+    @staticmethod
+    def _above_4(fd: int) -> int:
+        """The same pipe end as a descriptor above 4 (fd closed)."""
+        held = []
+        while fd <= 4:
+            held.append(fd)
+            fd = os.dup(fd)
+        for f in held:
+            os.close(f)
+        return fd
 
     def _read_message(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
@@ -203,6 +210,22 @@ class Chromium:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def page_errors(events: list[dict]) -> list[str]:
+    """The uncaught exceptions, console errors and error log entries among a page's CDP events
+    (Runtime and Log enabled)."""
+    errors = []
+    for e in events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            d = p.get("exceptionDetails", {})
+            errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")))
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+        elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+            errors.append("log: " + p["entry"].get("text", ""))
+    return errors
+
+
 def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, settle: float = 1.0,
               probes: dict[str, str] | None = None, init_js: str | None = None,
               viewport: tuple[int, int] | None = None) -> dict:
@@ -239,17 +262,7 @@ def open_page(path: Path, wait_js: str | None = None, timeout: float = 30.0, set
         if probes:
             c.pump(0.5)  # errors raised by the probes' side effects arrive as events
         text, tags, pwned = ev(DEEP_TEXT_JS), ev(DEEP_TAGS_JS), ev("window.__pwned === undefined ? null : window.__pwned")
-        errors = []
-        for e in c.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.exceptionThrown":
-                d = p.get("exceptionDetails", {})
-                errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")))
-            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                errors.append("console.error: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
-            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
-                errors.append("log: " + p["entry"].get("text", ""))
-        return {"errors": errors, "text": text or "", "tags": tags or [], "ready": ready, "pwned": pwned,
+        return {"errors": page_errors(c.events), "text": text or "", "tags": tags or [], "ready": ready, "pwned": pwned,
                 "probes": probe_values}
     finally:
         c.close()

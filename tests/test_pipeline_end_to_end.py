@@ -14,6 +14,9 @@ import pytest
 
 PY = sys.executable
 RESOLUTIONS = [0.001, 0.01]
+# The map page's research-area layer: shown or not, each shape's area name and outline length.
+AREA_LAYER = ("JSON.stringify({visible: __model('area_shapes').visible, area: __model('area_regions').data.area, "
+              "points: __model('area_regions').data.xs.map(xs => xs.length)})")
 
 
 def _slice_of_sample(sample: Path, dest: Path) -> Path:
@@ -156,11 +159,16 @@ def test_the_real_map_opens_in_chromium_without_errors(browser, finished_run):
 
     run, _, _ = finished_run
     r = browser.open_page(run / "map.html", wait_js=f"({browser.MAP_READY}) && {browser.TABLE_RENDERED}", timeout=60,
-                          viewport=(1400, 900), probes={"helpers": browser.MAP_HELPERS, "labels": browser.LABEL_BOXES})
+                          viewport=(1400, 900), probes={"helpers": browser.MAP_HELPERS, "labels": browser.LABEL_BOXES,
+                                                        "regions": AREA_LAYER})
     assert r["ready"], "BokehJS did not render the topic table"
     assert r["errors"] == [], r["errors"]
     areas, shown = browser.check_labels(json.loads(r["probes"]["labels"]), RenderConfig().labels_on_map)
     assert areas, "no research area is labelled on the demo's map"
+    # the research areas as a layer of shapes, shown: every area of the run, each a closed outline
+    regions = json.loads(r["probes"]["regions"])
+    assert regions["visible"] and set(regions["area"]) == set(pq.read_table(run / "areas").column("label").to_pylist())
+    assert min(regions["points"]) >= 4
     topics = pq.read_table(run / "topics").to_pandas()
     # the table lists the map's topics largest first: the largest one's label reaches the page
     biggest = topics.sort_values("size").groupby("resolution")["label"].last()
@@ -235,11 +243,13 @@ def test_the_report_compares_methods_on_the_pubmed_records(finished_run):
     assert "## Methods compared on the same papers" in (run / "report.md").read_text()
 
 
-def test_the_readme_placement_recipe_places_the_shipped_new_papers(finished_run, run_job, repo_root, tmp_path):
+def test_the_readme_placement_recipe_places_the_shipped_new_papers(finished_run, run_job, repo_root, tmp_path, browser):
     """README: ingest sample/new_papers into a run of their own, embed with the map's model, place;
     the map's own files stay byte for byte, the placed maps are separate files; vectors of another
     model are refused in one sentence."""
     import hashlib
+
+    from mapping.render import RenderConfig
 
     run, _, _ = finished_run
     new = tmp_path / "new"
@@ -256,6 +266,17 @@ def test_the_readme_placement_recipe_places_the_shipped_new_papers(finished_run,
     assert s["placed"] >= shipped - 1 and s["title_only_not_placed"] > 0
     assert {f: hashlib.sha256(f.read_bytes()).hexdigest() for f in own} == own
     assert sorted(f.name for f in (run / "placed_maps").glob("*.png")) == sorted(f.name for f in own if f.suffix == ".png")
+    # placed_maps/map.html in Chromium: the placed papers a layer of their own, shown with its checkbox, the areas
+    # drawn, the labels clear of each other and of the legend
+    r = browser.open_page(run / "placed_maps" / "map.html", wait_js=browser.MAP_READY, timeout=60, viewport=(1400, 900),
+                          probes={"helpers": browser.MAP_HELPERS, "labels": browser.LABEL_BOXES, "regions": AREA_LAYER,
+                                  "placed": "JSON.stringify([__model('placed_points').visible, "
+                                            "__model('placed').data.x.length, __model('placed_toggle').labels])"})
+    assert r["ready"] and r["errors"] == [], r["errors"]
+    visible, n_placed, toggle = json.loads(r["probes"]["placed"])
+    assert visible and n_placed == s["placed"] and toggle == [f"placed papers ({s['placed']})"]
+    assert json.loads(r["probes"]["regions"])["visible"]
+    browser.check_labels(json.loads(r["probes"]["labels"]), RenderConfig().labels_on_map)
 
     other = tmp_path / "other"
     shutil.copytree(new, other, ignore=shutil.ignore_patterns("embeddings", "vectors"))
