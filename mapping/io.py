@@ -145,7 +145,7 @@ class _Codes:
 def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_000) -> RowMeta:
     """The papers table, joined to the vector rows through paper_id, streamed once (see the module doc)."""
     from mapping.overlays import paper_columns
-    from mapping.topics import FieldCollector, TitleWords, fold_plurals
+    from mapping.topics import FieldCollector, TitleWords
 
     n = len(row_ids)
     files = _papers_files(layout)
@@ -184,7 +184,7 @@ def load_row_meta(layout: RunLayout, row_ids: pa.Array, batch_size: int = 100_00
                 columns[c][r] = b.column(c).cast(pa.float64()).to_numpy(zero_copy_only=False)[sel]
             prog.advance(b.num_rows)
     fields, categories = fc.finish(n)
-    words, vocab = fold_plurals(*tw.finish())
+    words, vocab = tw.finish()
     sources = [None] * len(src_codes.index)
     for s, i in src_codes.index.items():
         sources[i] = s

@@ -4,8 +4,8 @@
 - Topic vector = mean of its papers' (unit) vectors.
 - Label = the topic's most distinctive title words, class-based TF-IDF: a word's share of the
   topic's title words times log(1 + average words per topic / the word's corpus frequency);
-  each title counts a word once; words used by at least two of the topic's titles come first. A
-  word and its plural count as one word (fold_plurals), written as the form more titles use.
+  each title counts a word once; words used by at least two of the topic's titles come first; a
+  word whose plural or singular is already in the label is skipped (pick_labels).
 - main_field = most frequent `fields` value of its papers (ties alphabetical); null if none of
   its papers has a field (a source name is not a field).
 - mean_year over papers with a year (NaN when none).
@@ -193,63 +193,46 @@ class TitleWords:
         return P, np.asarray(words, dtype=object)
 
 
-DISTINCT_SPARE = 4      # ranked words beyond a label's own, to tell labels apart (distinct_labels)
-
-
-def _singular(word: str, vocab: set) -> str:
-    """The word's singular where the title vocabulary also holds it (cells → cell, viruses → virus,
-    studies → study), else the word; words ending in ss, us or is stay."""
-    if word.endswith("ies") and word[:-3] + "y" in vocab:
-        return word[:-3] + "y"
-    if word.endswith("es") and word[:-2] in vocab:
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and word[:-1] in vocab:
-        return word[:-1]
-    return word
-
-
-def fold_plurals(P: sp.csr_matrix, vocab: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
-    """One column for a word and its plural, so that a label never names both ("cells, cell"): a
-    title uses the pair if it uses either; the pair is written as the form more titles use (ties:
-    the singular). The vocabulary stays sorted (label_words breaks ties alphabetically)."""
-    words = [str(w) for w in vocab]
-    index = set(words)
-    keys = [_singular(w, index) for w in words]
-    if all(k == w for k, w in zip(keys, words)):
-        return P, vocab
-    uses = np.asarray(P.sum(axis=0), dtype=np.int64).ravel()
-    best: dict[str, int] = {}
-    for j, k in enumerate(keys):
-        if k not in best or (uses[j], words[j] == k) > (uses[best[k]], words[best[k]] == k):
-            best[k] = j
-    names = sorted({words[j] for j in best.values()})
-    col = {n: i for i, n in enumerate(names)}
-    group = np.fromiter((col[words[best[k]]] for k in keys), np.int64, len(keys))
-    S = sp.csr_matrix((np.ones(len(keys), np.int32), (np.arange(len(keys)), group)), shape=(len(keys), len(names)))
-    Q = (P @ S).tocsr()
-    Q.data = np.minimum(Q.data, 1).astype(np.int32)     # a title counts a word once, whichever form
-    Q.sort_indices()
-    return Q, np.asarray(names, dtype=object)
+SPARE_WORDS = 4      # ranked words beyond a label's own: to skip a plural twin, to tell labels apart
 
 
 def title_words(titles) -> tuple[sp.csr_matrix, np.ndarray]:
-    """(P, vocab) for a list of titles (missing ones are titles without words), plurals folded."""
+    """(P, vocab) for a list of titles (missing ones are titles without words)."""
     tw = TitleWords()
     tw.add(clean_texts(titles))
-    return fold_plurals(*tw.finish())
+    return tw.finish()
 
 
-def distinct_labels(ranked: list[str], n_words: int) -> list[str]:
-    """Labels of `n_words` words, no two alike: each topic (in index order, so the first keeps its
-    words) takes its first n_words ranked words; while that label is taken, its last word is
-    replaced by the next ranked word. A topic whose ranked words run out keeps a taken label."""
+def plural_twins(a: str, b: str) -> bool:
+    """One word is the other's plural: cells/cell, viruses/virus, antibodies/antibody (a word ending
+    in ss, us or is is no plural: mass, virus, axis)."""
+    if len(a) < len(b):
+        a, b = b, a
+    if a.endswith(("ss", "us", "is")):
+        return False
+    return a in (b + "s", b + "es") or (b.endswith("y") and a == b[:-1] + "ies")
+
+
+def pick_labels(ranked: list[str], n_words: int, distinct: bool = False) -> list[str]:
+    """Labels of n_words words from each topic's ranked words (", "-joined, best first): a word whose
+    plural or singular is already in the label is skipped (no "cells, cell"). distinct: no two
+    labels alike; topics in index order, so the first keeps its words; while a label is taken, its
+    last word is replaced by the next ranked word (a topic whose words run out keeps a taken label)."""
     out, taken = [], set()
     for r in ranked:
-        words = r.split(", ") if r else []
-        label, j = words[:n_words], n_words
-        while ", ".join(label) in taken and j < len(words):
-            label[-1] = words[j]
-            j += 1
+        words, label = (r.split(", ") if r else []), []
+        rest = iter(words)
+        for w in rest:
+            if not any(plural_twins(w, v) for v in label):
+                label.append(w)
+                if len(label) == n_words:
+                    break
+        while distinct and label and ", ".join(label) in taken:
+            w = next(rest, None)
+            if w is None:
+                break
+            if not any(plural_twins(w, v) for v in label[:-1]):
+                label[-1] = w
         out.append(", ".join(label))
         taken.add(out[-1])
     return out
@@ -258,10 +241,14 @@ def distinct_labels(ranked: list[str], n_words: int) -> list[str]:
 def label_words(C: sp.csr_matrix, vocab: np.ndarray, n_words: int = 3, chunk_nnz: int = 20_000_000,
                 distinct: bool = False) -> list[str]:
     """Labels from topic × word counts C (class-based TF-IDF, see the module doc), all topics at once:
-    one lexsort of (topic, used by < 2 titles, −score, word) over C's entries, in row chunks.
-    distinct: no two labels alike (distinct_labels over the DISTINCT_SPARE next-ranked words too)."""
-    if distinct:
-        return distinct_labels(label_words(C, vocab, n_words + DISTINCT_SPARE, chunk_nnz), n_words)
+    one lexsort of (topic, used by < 2 titles, −score, word) over C's entries, in row chunks; then
+    pick_labels over the SPARE_WORDS next-ranked words too (plural twins skipped; `distinct`: no two
+    labels alike)."""
+    return pick_labels(_ranked_words(C, vocab, n_words + SPARE_WORDS, chunk_nnz), n_words, distinct)
+
+
+def _ranked_words(C: sp.csr_matrix, vocab: np.ndarray, n_words: int, chunk_nnz: int) -> list[str]:
+    """Each topic's n_words best words, ", "-joined (label_words' ranking)."""
     C = C.tocsr()
     C.sum_duplicates()
     n_topics = C.shape[0]
