@@ -96,11 +96,15 @@ def test_two_ranks_asking_for_cuda_without_it_get_one_sentence(tmp_path, repo_ro
 @NO_CUDA
 def test_plain_torchrun_shows_the_ranks_sentence(tmp_path, repo_root):
     """Under torchrun itself each rank writes its sentence to the error file torchrun gave it:
-    torchrun's failure table shows it (torchrun's own exit code and table are torchrun's)."""
+    torchrun's failure table shows it as the root cause (torchrun's own exit code and table are
+    torchrun's; once one rank has failed, torchrun may stop the other before it writes its own
+    sentence, so the table holds the sentence once or twice)."""
     p = _two_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=0",
                     "jobs/embed.py", "--run-dir", str(tmp_path / "r"), "--device", "cuda"], repo_root, tmp_path / "r")
     assert p.returncode != 0
-    assert p.stderr.count("traceback : error: device cuda asked for by 2 ranks on this machine") == 2
+    sentence = "traceback : error: device cuda asked for by 2 ranks on this machine"
+    assert "Root Cause" in p.stderr and sentence in p.stderr.split("Root Cause", 1)[1], p.stderr[-2000:]
+    assert p.stderr.count(sentence) in (1, 2)
 
 
 def test_a_rank_writes_its_error_to_the_launchers_file(tmp_path, monkeypatch, capsys):
