@@ -22,9 +22,9 @@ import tarfile
 import time
 from pathlib import Path
 
+from elife_full import TAR, research_files  # bench/elife_full.py (a script's own folder is on its import path)
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-from elife_full import TAR, research_files  # noqa: E402  (the same article selection)
 
 INPUTS = re.compile(r"^inputs = \[\n(?:.*\n)*?\]\n", re.M)
 
