@@ -33,16 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PNGS = ("map.png", "map_field.png", "map_year.png", "map_interdisciplinarity.png")
-READY = "window.sciencemap && (window.sciencemap.ready || window.sciencemap.error !== undefined)"
 LABEL_COUNTS = ("JSON.stringify([Bokeh.documents[0].get_model_by_name('field_labels').data.label.length, "
                 "Bokeh.documents[0].get_model_by_name('map_labels').data.label.length])")
-ZOOM = """(() => { const doc = Bokeh.documents[0], m = doc.get_model_by_name('topic_points');
-  const st = [...Bokeh.index.roots]; let v = null;
-  while (st.length && v === null) { const x = st.pop(); if (x.model === m) v = x; else st.push(...x.children()); }
-  const plot = v.parent.model;
-  for (const r of [plot.x_range, plot.y_range]) { const c = (r.start + r.end) / 2, h = (r.end - r.start) / 4;
-    r.setv({start: c - h, end: c + h}); } return true; })()"""
-
 # The area shapes (shown or not, the areas drawn) and, on a placed map, the placed papers' layer.
 LAYERS = """JSON.stringify({areas_shown: !!(__model('area_shapes') && __model('area_shapes').visible),
   areas_drawn: __model('area_regions') ? new Set(__model('area_regions').data.area).size : 0,
@@ -82,12 +74,12 @@ def html_screens(page: Path, out: Path, width: int, height: int, prefix: str = "
             return r.get("result", {}).get("value")
 
         deadline = time.monotonic() + timeout
-        while not ev(READY):
+        while not ev(t.MAP_READY):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{page} did not get ready in {timeout:.0f} s")
             c.pump(0.25)
         ev(t.MAP_HELPERS)
-        for name, before in ((f"{prefix}.png", None), (f"{prefix}_zoom.png", ZOOM)):
+        for name, before in ((f"{prefix}.png", None), (f"{prefix}_zoom.png", t.MAP_ZOOM_IN)):
             if before:
                 ev(before)
             c.pump(1.0)                     # the labels are placed once a frame after a range change

@@ -134,7 +134,7 @@ def overlays(data: PaperData, labels: np.ndarray, n_words: int = 3, n_topics: in
              distinct_labels: bool = False) -> pd.DataFrame:
     """Per topic: cluster, size, label, then one column per overlay. `labels` (int, -1 = in no
     topic) aligns with the rows of `data`. distinct_labels: no two labels alike (the research
-    areas' two-word labels; mapping.topics.distinct_labels)."""
+    areas' two-word labels; mapping.topics.pick_labels)."""
     labels = np.asarray(labels)
     keep = labels >= 0
     if n_topics is None:

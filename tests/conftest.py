@@ -286,6 +286,11 @@ MAP_HELPERS = r"""(() => {
     for (const t of ['pointerenter', 'pointermove']) el.dispatchEvent(new PointerEvent(t, at)); return d.label[i]; };
   return true; })()"""
 
+# Zoom the map into the middle quarter of its current view (after MAP_HELPERS).
+MAP_ZOOM_IN = ("(() => { const m = __view('topic_points').parent.model; for (const r of [m.x_range, m.y_range]) {"
+               " const c = (r.start + r.end) / 2, h = (r.end - r.start) / 4; r.setv({start: c - h, end: c + h}); }"
+               " return true; })()")
+
 # The label boxes as drawn: each label set's source mapped through the plot's own scales, the text
 # measured with the label set's own font (not the page's placement bookkeeping), the plot frame and
 # the legend from their BokehJS views; after two frames, so that a placement requested by a range
@@ -336,6 +341,7 @@ class Browser:
     TABLE_RENDERED = TABLE_RENDERED
     MAP_READY = MAP_READY
     MAP_HELPERS = MAP_HELPERS
+    MAP_ZOOM_IN = MAP_ZOOM_IN
     LABEL_BOXES = LABEL_BOXES
     open_page = staticmethod(open_page)
     check_labels = staticmethod(check_map_labels)

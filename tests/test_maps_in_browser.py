@@ -24,9 +24,7 @@ pytestmark = pytest.mark.skipif(not RUNS, reason="SCIENCEMAP_MAP_RUNS names no f
 LAYERS = ("JSON.stringify({visible: __model('area_shapes').visible, areas: __model('area_regions').data.area, "
           "placed: __model('placed') ? __model('placed').data.x.length : null, "
           "placed_visible: __model('placed_points') ? __model('placed_points').visible : null})")
-ZOOM = ("(() => { const m = __view('topic_points').parent.model; for (const r of [m.x_range, m.y_range]) {"
-        " const c = (r.start + r.end) / 2, h = (r.end - r.start) / 4; r.setv({start: c - h, end: c + h}); }"
-        " return true; })()")
+
 
 
 def _pages():
@@ -43,7 +41,7 @@ def test_the_map_reads_in_chromium(browser, run, page):
     assert page.is_file(), f"{page} not found: build the run first (make demo, bench/elife_map.py)"
     r = browser.open_page(page, wait_js=browser.MAP_READY, timeout=90, viewport=(1400, 900),
                           probes={"helpers": browser.MAP_HELPERS, "before": browser.LABEL_BOXES, "layers": LAYERS,
-                                  "zoom": ZOOM, "after": browser.LABEL_BOXES})
+                                  "zoom": browser.MAP_ZOOM_IN, "after": browser.LABEL_BOXES})
     assert r["ready"] and r["errors"] == [], r["errors"]
     top = RenderConfig().labels_on_map
     areas_shown, topics_shown = browser.check_labels(json.loads(r["probes"]["before"]), top)
