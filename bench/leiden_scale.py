@@ -3,6 +3,7 @@
     flock /tmp/bench.lock nice -n 5 .venv/bin/python bench/leiden_scale.py                # 1M nodes / 20M edges
     nice -n 10 .venv/bin/python bench/leiden_scale.py --nodes 100000 --edges 2000000      # a quick look
     nice -n 10 .venv/bin/python bench/leiden_scale.py --demo runs/base                    # the demo's graph
+    nice -n 5 .venv/bin/python bench/leiden_scale.py --warm                               # [cluster] warm_start
 
 Scale mode:
 1. Generates a kNN-like directed graph with community structure (seeded, NumPy only): --nodes rows,
@@ -36,6 +37,14 @@ Parallel mode (--parallel): on the generated graph, the stage with the default r
 after another (workers 1) and with --workers (0 = cores) forked workers sharing the graph; the
 sweeps' wall times and their ratio (target >= --target-parallel, 1.7 on 2 cores) and a check that
 the two clusters tables are identical.
+
+Warm mode (--warm): on the generated graph, the stage with the default resolutions as independent
+runs one after another (workers 1) and with `[cluster] warm_start` (--workers, --polish); per
+resolution the Leiden CPU of each (the warm one split into the refinement inside the coarser
+clusters and the whole-graph polish) and the CPM quality of both partitions on the whole graph;
+verdicts: the sweep's wall-time speed-up (target >= --target-warm, 2.0 on 2 cores) and the worst
+resolution's quality short of the independent one (target <= --target-gap %; 0 when warm is as good
+or better everywhere).
 
 The exit code is 1 when any target is missed or not checked (--no-fail: 0).
 """
@@ -277,6 +286,68 @@ def parallel(args, verdicts: Verdicts) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def warm(args, verdicts: Verdicts) -> None:
+    """The cluster stage's sweep with independent resolutions (one after another) against
+    `warm_start` (each finer resolution from the coarser one's clusters, refined inside them in
+    --workers processes, then --polish whole-graph iterations) on the same generated graph: CPU
+    and wall time of the sweeps, and each resolution's CPM quality on the whole graph."""
+    import os
+
+    import pyarrow.compute as pc
+
+    from mapping.cluster import DEFAULT_RESOLUTIONS, ClusterConfig, cpm_quality, load_graph, run_cluster
+    from sciencemap.storage import read_table
+
+    root = Path(tempfile.mkdtemp(prefix="leiden_warm_", dir=args.tmp))
+    try:
+        src, dst, sim, ncomm = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
+        layout = write_run(root / "run", src, dst, sim, args.nodes)
+        del src, dst, sim
+        workers = args.workers or os.cpu_count() or 1
+        res = sorted(DEFAULT_RESOLUTIONS)
+        print(f"generated {args.nodes:,} nodes, {args.edges:,} directed edges; resolutions {res}, "
+              f"{args.iterations} iterations at most; {os.cpu_count()} cores", flush=True)
+        sweeps, members = {}, {}
+        for label, extra in (("independent, one after another", dict(workers=1)),
+                             (f"warm start, {workers} workers, {args.polish} polish", dict(
+                                 workers=workers, warm_start=True, polish_iterations=args.polish))):
+            s = run_cluster(ClusterConfig(resolutions=list(res), min_cluster_size=args.min_size, seed=args.seed,
+                                          max_iterations=args.iterations, **extra), layout)
+            t = read_table(layout.table("clusters"))
+            members[label] = {r: t.filter(pc.equal(t["resolution"], r)).sort_by("row")["cluster"].to_numpy()
+                              for r in res}
+            sweeps[label] = s
+            print(f"  {label}: sweep {s['sweep_s']:.1f} s wall, {s['total_cpu_s']:.1f} CPU s in all (graph "
+                  f"{s['graph_cpu_s']:.1f}); Leiden CPU s a resolution {[r['leiden_cpu_s'] for r in s['resolutions']]}; "
+                  f"clusters {[r['clusters'] for r in s['resolutions']]}; peak RSS of this process {peak_mb():,.0f} MB",
+                  flush=True)
+        graph = load_graph(layout)
+        (a, sa), (b, sb) = sweeps.items()
+        for ra, rb in zip(sa["resolutions"], sb["resolutions"]):
+            inside = rb.get("refine_within")
+            split = (f"refinement inside {inside['parents']:,} clusters {inside['cpu_s']:.1f} CPU s ({inside['wall_s']:.1f} s "
+                     f"wall, {inside['edges_inside'] / max(1, sb['edges_undirected']):.1%} of the edges) + whole graph "
+                     f"{rb['leiden_cpu_s'] - inside['cpu_s']:.1f} CPU s, {rb['iterations']} iteration(s)"
+                     if inside else f"as independent: {rb['leiden_cpu_s']:.1f} CPU s")
+            print(f"  γ = {ra['resolution']:g}: independent Leiden {ra['leiden_cpu_s']:.1f} CPU s, {ra['iterations']} "
+                  f"iterations; warm: {split}", flush=True)
+        worst = 0.0
+        for r in res:
+            qa = cpm_quality(members[a][r], graph.lo, graph.hi, graph.w, r)
+            qb = cpm_quality(members[b][r], graph.lo, graph.hi, graph.w, r)
+            gap = 100 * (qb - qa) / abs(qa)
+            worst = min(worst, gap)
+            print(f"  γ = {r:g}: CPM quality independent {qa:.5f}, warm {qb:.5f} ({gap:+.2f} %)", flush=True)
+        print(f"  CPU of the sweep (graph construction left out): {sb['total_cpu_s'] - sb['graph_cpu_s']:.1f} / "
+              f"{sa['total_cpu_s'] - sa['graph_cpu_s']:.1f} s; wall {sb['sweep_s']:.1f} / {sa['sweep_s']:.1f} s = "
+              f"{sa['sweep_s'] / sb['sweep_s']:.2f}x faster", flush=True)
+        verdicts.at_least("warm-start sweep speed-up (wall)", sa["sweep_s"] / sb["sweep_s"], args.target_warm, "{:.2f}x")
+        verdicts.at_most("warm-start CPM quality short of independent, worst resolution", -worst,
+                         args.target_gap, "{:.2f}%")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def ratio(a: float, b: float) -> float:
     """a / b; NaN when b is 0 (a tiny graph's CPU time can round to nothing)."""
     return a / b if b > 0 else float("nan")
@@ -353,6 +424,10 @@ def main() -> int:
                     help="instead: the default resolutions one after another and in parallel workers")
     ap.add_argument("--workers", type=int, default=0, help="--parallel: workers (0 = cores)")
     ap.add_argument("--target-parallel", type=float, default=1.7, help="--parallel: sweep speed-up, at least")
+    ap.add_argument("--warm", action="store_true",
+                    help="independent resolutions against [cluster] warm_start on the generated graph")
+    ap.add_argument("--polish", type=int, default=1, help="--warm: polish_iterations")
+    ap.add_argument("--target-warm", type=float, default=2.0, help="--warm: sweep speed-up (wall), at least")
     Verdicts.add_arguments(ap)
     args = ap.parse_args()
     args.iterations_given = args.iterations is not None
@@ -365,6 +440,8 @@ def main() -> int:
         demo(args, verdicts)
     elif args.parallel:
         parallel(args, verdicts)
+    elif args.warm:
+        warm(args, verdicts)
     else:
         scale(args, verdicts)
     return verdicts.finish(args.no_fail)

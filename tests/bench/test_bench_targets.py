@@ -69,6 +69,15 @@ def test_leiden_scale_misses_an_unreachable_ratio(repo_root):
     assert summary(p)[0] >= 1
 
 
+def test_leiden_scale_warm_mode_prints_both_sweeps_and_misses_an_unreachable_speedup(repo_root):
+    p = bench(repo_root, "leiden_scale.py", "--warm", "--nodes", 3000, "--edges", 30000, "--community", 50,
+              "--target-warm", 1000)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "warm-start sweep speed-up (wall)", "MISSED", ">= 1000.00x")
+    verdict(p, "warm-start CPM quality short of independent, worst resolution", "met", "<= 0.50%")
+    assert p.stdout.count("CPM quality independent") == 5 and "refinement inside" in p.stdout
+
+
 def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp_path):
     out = tmp_path / "feed.json"
     p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000,

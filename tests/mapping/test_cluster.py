@@ -22,8 +22,9 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
-from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, build_graph, cluster_graph, leiden, load_graph,
-                             merge_small_clusters, resolution_for_target, run_cluster)
+from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, build_graph, cluster_graph, cpm_quality, leiden,
+                             load_graph, merge_small_clusters, polish_cap, refine_within, resolution_for_target,
+                             run_cluster)
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
 
@@ -373,6 +374,87 @@ def test_parallel_resolutions_give_the_sequential_partitions(tmp_path, make_run)
     assert two["workers"] == 2 and one["workers"] == 1
     assert [r["clusters"] for r in two["resolutions"]] == [r["clusters"] for r in one["resolutions"]]
     assert two["total_cpu_s"] > 0
+
+
+def test_cpm_quality_is_igraphs(planted_graph):
+    graph, _ = planted_graph
+    G = graph.igraph()
+    for r in (0.01, 0.1, 0.5):
+        mem, info = leiden(G, graph.w, r, 3, max_iterations=2)
+        assert cpm_quality(mem, graph.lo, graph.hi, graph.w, r) == pytest.approx(info["quality"], rel=1e-9)
+    # every node alone: no weight inside, n nodes of size 1
+    alone = np.arange(graph.n)
+    assert cpm_quality(alone, graph.lo, graph.hi, graph.w, 0.1) == pytest.approx(-0.1 * graph.n / (2 * graph.w.sum()))
+
+
+def _same_partition(a, b) -> bool:
+    pairs = np.unique(np.stack([a, b]), axis=1)
+    return len(np.unique(pairs[0])) == len(np.unique(pairs[1])) == pairs.shape[1]
+
+
+def test_refine_within_stays_inside_the_parents_for_any_worker_count(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    graph = load_graph(layout)
+    cfg = ClusterConfig(min_cluster_size=1)
+    parent, _ = cluster_graph(graph, 0.03, cfg)   # 25 clusters, edges between them
+    one, info = refine_within(graph, parent, 0.1, cfg, workers=1)
+    assert info["parents"] == int(parent.max()) + 1 and info["clusters"] == len(np.unique(one)) > info["parents"]
+    assert info["edges_inside"] == int(np.sum(parent[graph.lo] == parent[graph.hi])) < graph.m
+    # each refined cluster lies inside one parent
+    assert len(np.unique(np.stack([one, parent]), axis=1)[0]) == len(np.unique(one))
+    for workers in (2, 3):   # other ranges of parents, other processes: each parent seeds its own run
+        again, _ = refine_within(graph, parent, 0.1, cfg, workers=workers)
+        assert np.array_equal(again, one)
+    # a parent's refinement does not depend on the edges leaving it: cut them, same result
+    inside = parent[graph.lo] == parent[graph.hi]
+    cut = Graph(graph.n, graph.lo[inside], graph.hi[inside], graph.a[inside], graph.w[inside])
+    assert np.array_equal(refine_within(cut, parent, 0.1, cfg)[0], one)
+
+
+def test_polish_cap_follows_the_stage_iteration_rule():
+    assert polish_cap(10, ClusterConfig()) == 100                         # small graphs: until stable
+    assert polish_cap(5_000_000, ClusterConfig()) == 1
+    assert polish_cap(5_000_000, ClusterConfig(polish_iterations=2)) == 2
+    assert polish_cap(5_000_000, ClusterConfig(max_iterations=-1)) == -1
+
+
+def test_warm_start_sweep_is_the_same_for_any_worker_count_and_as_good(tmp_path, make_run):
+    """warm_start: the coarsest resolution as an independent run; each finer one from the coarser
+    clusters, of CPM quality near the independent run's, the same with 1 or 2 workers."""
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    res = [0.003, 0.01, 0.03, 0.1]
+    # graphs this small iterate until stable; stable_below=1 gives the large-graph regime (3 iterations, 1 polish)
+    for extra in (dict(), dict(stable_below=1)):
+        ind = run_cluster(ClusterConfig(resolutions=res, workers=1, **extra), layout)
+        t_ind = read_table(layout.table("clusters")).to_pandas()
+        one = run_cluster(ClusterConfig(resolutions=res, workers=1, warm_start=True, **extra), layout)
+        t_one = read_table(layout.table("clusters"))
+        two = run_cluster(ClusterConfig(resolutions=res, workers=2, warm_start=True, **extra), layout)
+        assert read_table(layout.table("clusters")).equals(t_one)
+        assert one["warm_start"] and not ind["warm_start"] and two["workers"] == 2
+        assert [r.get("warm_from") for r in one["resolutions"]] == [None] + res[:-1]
+        assert all(r["refine_within"]["parents"] == prev["clusters"]
+                   for prev, r in zip(one["resolutions"], one["resolutions"][1:]))
+        if extra:
+            assert all(r["iterations"] <= 1 for r in one["resolutions"][1:])
+        graph = load_graph(layout)
+        t_one = t_one.to_pandas()
+        for r in res:
+            a = t_ind[t_ind.resolution == r].sort_values("row")["cluster"].to_numpy()
+            b = t_one[t_one.resolution == r].sort_values("row")["cluster"].to_numpy()
+            if r == res[0]:
+                assert np.array_equal(a, b), "the coarsest resolution is the independent run"
+            qa, qb = cpm_quality(a, graph.lo, graph.hi, graph.w, r), cpm_quality(b, graph.lo, graph.hi, graph.w, r)
+            assert qb >= qa - 0.01 * abs(qa), (r, qa, qb)
+
+
+def test_warm_start_refuses_a_topic_target(tmp_path, make_run):
+    layout, _ = make_run(tmp_path / "r", n_clusters=3, per=30, dim=8)
+    run_knn(KnnConfig(k=8), layout)
+    with pytest.raises(UserError, match="target_topics and warm_start"):
+        run_cluster(ClusterConfig(resolutions=[0.01], warm_start=True, target_topics=5), layout)
 
 
 def test_worker_count_follows_cores_resolutions_and_memory(monkeypatch):
