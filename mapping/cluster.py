@@ -576,7 +576,7 @@ class Blocks:
 
     @classmethod
     def of(cls, graph: Graph, parent: np.ndarray) -> "Blocks":
-        parent = np.asarray(parent, np.int64)
+        parent = np.asarray(parent).astype(_index_dtype(len(parent)), copy=False)   # int32 keys: half the sort's bytes
         k = int(parent.max()) + 1 if len(parent) else 0
         order = np.argsort(parent, kind="stable")
         counts = np.bincount(parent, minlength=k)
