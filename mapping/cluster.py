@@ -64,7 +64,8 @@ finer one from the clusters of the one before, refined inside each of them on it
 (refine_within: forked workers, each cluster seeded by (seed, γ, cluster)), then `polish_iterations`
 whole-graph iterations from there. On the 1M-node / 19.3M-edge graph of bench/leiden_scale.py
 --warm: 2.06x less CPU than independent runs (no gain on the demo, where a run takes a second), CPM
-quality within 0.5% of theirs; on the demo's real graph MeSH accuracy equal or higher at every
+quality within 0.5% of theirs there and on the eLife and demo graphs, but 1.7% short at γ = 1e-2
+on the scale run's 500k graph; on the demo's real graph MeSH accuracy equal or higher at every
 resolution (docs/scale.md).
 
 Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
