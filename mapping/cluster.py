@@ -586,11 +586,11 @@ class Blocks:
         local = np.empty(len(parent), np.int64)
         local[order] = np.arange(len(parent)) - np.repeat(starts[:-1], counts)
         inside = np.flatnonzero(parent[graph.lo] == parent[graph.hi])
-        by = np.argsort(parent[graph.lo[inside]], kind="stable")
-        inside = inside[by]
-        del by
+        key = parent[graph.lo[inside]]              # each inside edge's cluster, gathered once
         estarts = np.zeros(k + 1, np.int64)
-        np.cumsum(np.bincount(parent[graph.lo[inside]], minlength=k), out=estarts[1:])
+        np.cumsum(np.bincount(key, minlength=k), out=estarts[1:])
+        inside = inside[np.argsort(key, kind="stable")]
+        del key
         return cls(order, starts, local.astype(_index_dtype(len(parent))), graph.lo[inside], graph.hi[inside],
                    graph.w[inside], estarts)
 
