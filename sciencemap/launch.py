@@ -11,6 +11,7 @@ the same sentences in its failure table.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import uuid
 
@@ -42,11 +43,18 @@ def launch_ranks(nproc: int, module: str, argv: list[str]) -> int:
 def report_failures(failures: dict) -> int:
     """One line per distinct failure (the rank's UserError sentence where it wrote one); exit code 2
     when a rank wrote one, else the code of the first rank that failed."""
+    def sentence(f) -> str | None:
+        return f.message if isinstance(f.message, str) and f.message.startswith("error: ") else None
+
+    user_error = any(sentence(f) is not None for f in failures.values())
+    # once one rank has failed, the agent stops the others (SIGTERM, then SIGKILL); a rank stopped
+    # before it wrote its own sentence is not a failure of its own when another rank wrote one
+    stopped_by_agent = {-signal.SIGTERM, -signal.SIGKILL}
     seen: list[str] = []
-    user_error = False
     for rank, f in sorted(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0])):
-        msg = f.message if isinstance(f.message, str) and f.message.startswith("error: ") else None
-        user_error |= msg is not None
+        msg = sentence(f)
+        if msg is None and user_error and f.exitcode in stopped_by_agent:
+            continue
         line = msg or f"error: rank {rank} exited with code {f.exitcode} (its output is above)"
         if line not in seen:
             seen.append(line)

@@ -131,6 +131,15 @@ def test_a_rank_stopped_after_writing_its_sentence_still_exits_2(capsys):
                 1: SimpleNamespace(message=line, exitcode=2, timestamp=5)}
     assert report_failures(failures) == 2
     assert capsys.readouterr().err.splitlines() == [line]
+    # stopped before it wrote its sentence: the other rank's sentence is the only line
+    stopped = {0: SimpleNamespace(message=line, exitcode=2, timestamp=5),
+               1: SimpleNamespace(message="<NONE>", exitcode=-15, timestamp=6)}
+    assert report_failures(stopped) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+    # a rank that crashed on its own (not a signal the agent sends) is still reported beside it
+    stopped[1] = SimpleNamespace(message="<NONE>", exitcode=-11, timestamp=6)
+    assert report_failures(stopped) == 2
+    assert capsys.readouterr().err.splitlines() == [line, "error: rank 1 exited with code -11 (its output is above)"]
     crashed = {0: SimpleNamespace(message={"message": "Traceback"}, exitcode=-11, timestamp=5)}
     assert report_failures(crashed) == 1
     assert "error: rank 0 exited with code -11" in capsys.readouterr().err
