@@ -4,6 +4,7 @@
     nice -n 10 .venv/bin/python bench/leiden_scale.py --nodes 100000 --edges 2000000      # a quick look
     nice -n 10 .venv/bin/python bench/leiden_scale.py --demo runs/base                    # the demo's graph
     nice -n 5 .venv/bin/python bench/leiden_scale.py --warm                               # [cluster] warm_start
+    nice -n 5 .venv/bin/python bench/leiden_scale.py --engines                            # [cluster] engine
 
 Scale mode:
 1. Generates a kNN-like directed graph with community structure (seeded, NumPy only): --nodes rows,
@@ -46,6 +47,14 @@ clusters and the whole-graph polish) and the CPM quality of both partitions on t
 verdicts: the sweep's wall-time speed-up (target >= --target-warm, 2.0 on 2 cores) and the worst
 resolution's quality short of the independent one (target <= --target-gap %; 0 when warm is as good
 or better everywhere).
+
+Engines mode (--engines): on the same graphs as --warm, the stage with the default engine (igraph,
+--workers forked processes, resolutions in parallel) against `[cluster] engine = "networkit"`
+(ParallelLeiden, --parallel-iterations) on 1 thread and on --workers threads; the sweeps' wall and
+CPU, and each resolution's CPM quality of both engines' partitions, Leiden's own (before the
+small clusters are merged) and the stage's (after); verdicts: networkit's sweep speed-up against
+igraph (target >= --target-engine), its speed-up from its threads (>= --target-threads) and the
+worst resolution's Leiden quality short of igraph's (<= --target-gap %).
 
 The exit code is 1 when any target is missed or not checked (--no-fail: 0).
 """
@@ -287,6 +296,60 @@ def parallel(args, verdicts: Verdicts) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def graph_for_comparison(args, root: Path) -> tuple[RunLayout, str]:
+    """A run directory under `root` holding the graph both sweeps cluster: a copy of --graph-run's
+    kNN graph (its own clusters table is not touched), else the generated one."""
+    if args.graph_run:
+        from mapping.cluster import graph_size
+        from sciencemap.storage import read_table
+
+        edges = read_table(RunLayout(Path(args.graph_run)).table("edges"), columns=["src", "dst", "similarity"])
+        src, dst, sim = (edges.column(c).to_numpy() for c in ("src", "dst", "similarity"))
+        del edges
+        n = graph_size(RunLayout(Path(args.graph_run)), int(max(src.max(), dst.max())))
+        what = f"the kNN graph of {args.graph_run}: {n:,} nodes, {len(src):,} directed edges"
+    else:
+        src, dst, sim, _ = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
+        n = args.nodes
+        what = f"generated {n:,} nodes, {args.edges:,} directed edges"
+    return write_run(root / "run", src, dst, sim, n), what
+
+
+def sweep_and_read(layout: RunLayout, cfg, label: str) -> tuple[dict, dict]:
+    """run_cluster with `cfg`; (its summary, {resolution: membership by row}), with one printed line."""
+    import pyarrow.compute as pc
+
+    from mapping.cluster import run_cluster
+    from sciencemap.storage import read_table
+
+    s = run_cluster(cfg, layout)
+    t = read_table(layout.table("clusters"))
+    members = {r: t.filter(pc.equal(t["resolution"], r)).sort_by("row")["cluster"].to_numpy()
+               for r in cfg.resolutions}
+    print(f"  {label}: sweep {s['sweep_s']:.1f} s wall, {s['total_cpu_s']:.1f} CPU s in all (graph "
+          f"{s['graph_cpu_s']:.1f} CPU s, {s['graph_s']:.1f} s); Leiden CPU s a resolution "
+          f"{[r['leiden_cpu_s'] for r in s['resolutions']]}; Leiden wall s {[r['leiden_s'] for r in s['resolutions']]}; "
+          f"clusters {[r['clusters'] for r in s['resolutions']]}; peak RSS of this process {peak_mb():,.0f} MB",
+          flush=True)
+    return s, members
+
+
+def quality_gaps(layout: RunLayout, res: list[float], ref: dict, other: dict, names: tuple[str, str]) -> float:
+    """Each resolution's CPM quality of both partitions on the whole graph, printed; the worst
+    relative gap of `other` below `ref` in percent (0 when it is as good or better everywhere)."""
+    from mapping.cluster import cpm_quality, load_graph
+
+    graph = load_graph(layout)
+    worst = 0.0
+    for r in res:
+        qa = cpm_quality(ref[r], graph.lo, graph.hi, graph.w, r)
+        qb = cpm_quality(other[r], graph.lo, graph.hi, graph.w, r)
+        gap = 100 * (qb - qa) / abs(qa)
+        worst = min(worst, gap)
+        print(f"  γ = {r:g}: CPM quality {names[0]} {qa:.5f}, {names[1]} {qb:.5f} ({gap:+.2f} %)", flush=True)
+    return max(0.0, -worst)
+
+
 def warm(args, verdicts: Verdicts) -> None:
     """The cluster stage's sweep with independent resolutions (one after another) against
     `warm_start` (each finer resolution from the coarser one's clusters, refined inside them in
@@ -294,27 +357,11 @@ def warm(args, verdicts: Verdicts) -> None:
     and wall time of the sweeps, and each resolution's CPM quality on the whole graph."""
     import os
 
-    import pyarrow.compute as pc
-
-    from mapping.cluster import DEFAULT_RESOLUTIONS, ClusterConfig, cpm_quality, load_graph, run_cluster
-    from sciencemap.storage import read_table
+    from mapping.cluster import DEFAULT_RESOLUTIONS, ClusterConfig
 
     root = Path(tempfile.mkdtemp(prefix="leiden_warm_", dir=args.tmp))
     try:
-        if args.graph_run:   # a real run's kNN graph, copied: the run's own clusters table is not touched
-            from mapping.cluster import graph_size
-
-            edges = read_table(RunLayout(Path(args.graph_run)).table("edges"), columns=["src", "dst", "similarity"])
-            src, dst, sim = (edges.column(c).to_numpy() for c in ("src", "dst", "similarity"))
-            del edges
-            n = graph_size(RunLayout(Path(args.graph_run)), int(max(src.max(), dst.max())))
-            what = f"the kNN graph of {args.graph_run}: {n:,} nodes, {len(src):,} directed edges"
-        else:
-            src, dst, sim, _ = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
-            n = args.nodes
-            what = f"generated {n:,} nodes, {args.edges:,} directed edges"
-        layout = write_run(root / "run", src, dst, sim, n)
-        del src, dst, sim
+        layout, what = graph_for_comparison(args, root)
         workers = args.workers or os.cpu_count() or 1
         res = sorted(DEFAULT_RESOLUTIONS)
         print(f"{what}; resolutions {res}, {args.iterations} iterations at most on graphs of "
@@ -323,18 +370,9 @@ def warm(args, verdicts: Verdicts) -> None:
         for label, extra in (("independent, one after another", dict(workers=1)),
                              (f"warm start, {workers} workers, {args.polish} polish", dict(
                                  workers=workers, warm_start=True, polish_iterations=args.polish))):
-            s = run_cluster(ClusterConfig(resolutions=list(res), min_cluster_size=args.min_size, seed=args.seed,
-                                          max_iterations=args.iterations, stable_below=args.stable_below, **extra),
-                            layout)
-            t = read_table(layout.table("clusters"))
-            members[label] = {r: t.filter(pc.equal(t["resolution"], r)).sort_by("row")["cluster"].to_numpy()
-                              for r in res}
-            sweeps[label] = s
-            print(f"  {label}: sweep {s['sweep_s']:.1f} s wall, {s['total_cpu_s']:.1f} CPU s in all (graph "
-                  f"{s['graph_cpu_s']:.1f}); Leiden CPU s a resolution {[r['leiden_cpu_s'] for r in s['resolutions']]}; "
-                  f"clusters {[r['clusters'] for r in s['resolutions']]}; peak RSS of this process {peak_mb():,.0f} MB",
-                  flush=True)
-        graph = load_graph(layout)
+            cfg = ClusterConfig(resolutions=list(res), min_cluster_size=args.min_size, seed=args.seed,
+                                max_iterations=args.iterations, stable_below=args.stable_below, **extra)
+            sweeps[label], members[label] = sweep_and_read(layout, cfg, label)
         (a, sa), (b, sb) = sweeps.items()
         for ra, rb in zip(sa["resolutions"], sb["resolutions"]):
             inside = rb.get("refine_within")
@@ -344,19 +382,68 @@ def warm(args, verdicts: Verdicts) -> None:
                      if inside else f"as independent: {rb['leiden_cpu_s']:.1f} CPU s")
             print(f"  γ = {ra['resolution']:g}: independent Leiden {ra['leiden_cpu_s']:.1f} CPU s, {ra['iterations']} "
                   f"iterations; warm: {split}", flush=True)
-        worst = 0.0
-        for r in res:
-            qa = cpm_quality(members[a][r], graph.lo, graph.hi, graph.w, r)
-            qb = cpm_quality(members[b][r], graph.lo, graph.hi, graph.w, r)
-            gap = 100 * (qb - qa) / abs(qa)
-            worst = min(worst, gap)
-            print(f"  γ = {r:g}: CPM quality independent {qa:.5f}, warm {qb:.5f} ({gap:+.2f} %)", flush=True)
+        short = quality_gaps(layout, res, members[a], members[b], ("independent", "warm"))
         print(f"  CPU of the sweep (graph construction left out): {sb['total_cpu_s'] - sb['graph_cpu_s']:.1f} / "
               f"{sa['total_cpu_s'] - sa['graph_cpu_s']:.1f} s; wall {sb['sweep_s']:.1f} / {sa['sweep_s']:.1f} s = "
               f"{sa['sweep_s'] / sb['sweep_s']:.2f}x faster", flush=True)
         verdicts.at_least("warm-start sweep speed-up (wall)", sa["sweep_s"] / sb["sweep_s"], args.target_warm, "{:.2f}x")
-        verdicts.at_most("warm-start CPM quality short of independent, worst resolution", max(0.0, -worst),
+        verdicts.at_most("warm-start CPM quality short of independent, worst resolution", short,
                          args.target_gap, "{:.2f}%")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def engines(args, verdicts: Verdicts) -> None:
+    """The cluster stage's sweep with igraph (the default engine: seeded, resolutions in --workers
+    forked processes) against `engine = "networkit"` (ParallelLeiden on every thread, one resolution
+    at a time, --parallel-iterations) on 1 thread and on --workers threads, same graph: wall and CPU
+    of each sweep, networkit's speed-up from its threads, and each resolution's CPM quality."""
+    import os
+
+    from mapping.cluster import DEFAULT_RESOLUTIONS, ClusterConfig
+
+    root = Path(tempfile.mkdtemp(prefix="leiden_engines_", dir=args.tmp))
+    try:
+        layout, what = graph_for_comparison(args, root)
+        workers = args.workers or os.cpu_count() or 1
+        res = sorted(DEFAULT_RESOLUTIONS)
+        print(f"{what}; resolutions {res}; igraph: {args.iterations} iterations at most on graphs of "
+              f"{args.stable_below:,} undirected edges or more; networkit: {args.parallel_iterations} iterations; "
+              f"{os.cpu_count()} cores", flush=True)
+        base = dict(resolutions=list(res), min_cluster_size=args.min_size, seed=args.seed,
+                    max_iterations=args.iterations, stable_below=args.stable_below)
+        nk = dict(engine="networkit", parallel_iterations=args.parallel_iterations)
+        runs = [(f"igraph, {workers} workers", dict(workers=workers)), ("networkit, 1 thread", dict(nk, workers=1))]
+        if workers > 1:
+            runs.append((f"networkit, {workers} threads", dict(nk, workers=workers)))
+        sweeps, members = {}, {}
+        for label, extra in runs:
+            sweeps[label], members[label] = sweep_and_read(layout, ClusterConfig(**base, **extra), label)
+        ig_label, one, many = list(sweeps)[0], "networkit, 1 thread", list(sweeps)[-1]
+        # the engines' own result: Leiden's CPM quality before the small clusters are merged (the
+        # merge is the same for both, and at the finest resolutions it drives the quality near 0)
+        short = 0.0
+        for ri, rn in zip(sweeps[ig_label]["resolutions"], sweeps[many]["resolutions"]):
+            gap = 100 * (rn["quality"] - ri["quality"]) / abs(ri["quality"])
+            short = max(short, -gap)
+            print(f"  γ = {ri['resolution']:g}: Leiden's CPM quality igraph {ri['quality']:.5f}, networkit "
+                  f"{rn['quality']:.5f} ({gap:+.2f} %); clusters {ri['clusters_leiden']:,} / {rn['clusters_leiden']:,}",
+                  flush=True)
+        quality_gaps(layout, res, members[ig_label], members[many], ("igraph", "networkit"))
+        si, s1, sn = sweeps[ig_label], sweeps[one], sweeps[many]
+        leiden = {k: sum(r["leiden_s"] for r in s["resolutions"]) for k, s in sweeps.items()}
+        print(f"  sweep wall: igraph {si['sweep_s']:.1f} s, networkit {sn['sweep_s']:.1f} s = "
+              f"{si['sweep_s'] / sn['sweep_s']:.2f}x faster; networkit's Leiden wall on 1 / {workers} threads: "
+              f"{leiden[one]:.1f} / {leiden[many]:.1f} s = {leiden[one] / leiden[many]:.2f}x; CPU of the sweeps "
+              f"(graph left out): igraph {si['total_cpu_s'] - si['graph_cpu_s']:.1f}, networkit 1 thread "
+              f"{s1['total_cpu_s'] - s1['graph_cpu_s']:.1f}, {workers} threads {sn['total_cpu_s'] - sn['graph_cpu_s']:.1f} s",
+              flush=True)
+        verdicts.at_least(f"networkit sweep speed-up (wall) against igraph with {workers} workers",
+                          si["sweep_s"] / sn["sweep_s"], args.target_engine, "{:.2f}x")
+        verdicts.at_least(f"networkit Leiden speed-up from {workers} threads", leiden[one] / leiden[many],
+                          args.target_threads, "{:.2f}x")
+        verdicts.at_most("networkit Leiden CPM quality short of igraph, worst resolution", short, args.target_gap,
+                         "{:.2f}%")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -444,6 +531,14 @@ def main() -> int:
     ap.add_argument("--stable-below", type=int, default=1_000_000,
                     help="--warm: [cluster] stable_below (1 = the large-graph regime of --iterations on any graph)")
     ap.add_argument("--target-warm", type=float, default=2.0, help="--warm: sweep speed-up (wall), at least")
+    ap.add_argument("--engines", action="store_true",
+                    help="igraph (--workers processes) against [cluster] engine = networkit (1 and --workers threads)")
+    ap.add_argument("--parallel-iterations", type=int, default=None,
+                    help="--engines: [cluster] parallel_iterations (default: the setting's default)")
+    ap.add_argument("--target-engine", type=float, default=1.2,
+                    help="--engines: networkit's sweep speed-up (wall) against igraph's, at least")
+    ap.add_argument("--target-threads", type=float, default=1.7,
+                    help="--engines: networkit's Leiden speed-up from --workers threads over 1, at least")
     Verdicts.add_arguments(ap)
     args = ap.parse_args()
     args.iterations_given = args.iterations is not None
@@ -458,6 +553,12 @@ def main() -> int:
         parallel(args, verdicts)
     elif args.warm:
         warm(args, verdicts)
+    elif args.engines:
+        if args.parallel_iterations is None:
+            from mapping.cluster import PARALLEL_ITERATIONS
+
+            args.parallel_iterations = PARALLEL_ITERATIONS
+        engines(args, verdicts)
     else:
         scale(args, verdicts)
     return verdicts.finish(args.no_fail)

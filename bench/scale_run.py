@@ -100,7 +100,7 @@ resolutions = [{res}]
 min_cluster_size = 5
 memory_gb = {args.stage_memory_gib if args.stage_memory_gib is not None else args.target_peak_gib}
 warm_start = {"true" if args.warm_start else "false"}
-
+{'engine = "networkit"' + chr(10) if args.engine == "networkit" else ""}
 [render]
 map_resolution = 0.0
 
@@ -367,6 +367,8 @@ def main() -> int:
     ap.add_argument("--target-peak-gib", type=float, default=12.0, help="each stage's peak at >= 2M papers, at most")
     ap.add_argument("--stage-memory-gib", type=float, help="[cluster] memory_gb of the runs: the Leiden runs at "
                     "once are those that fit in it (default --target-peak-gib; 0 = the machine's free memory)")
+    ap.add_argument("--engine", default="igraph", choices=("igraph", "networkit"),
+                    help="[cluster] engine: networkit runs each resolution on every core (docs/scale.md)")
     ap.add_argument("--warm-start", action="store_true", help="[cluster] warm_start = true: each finer resolution "
                     "from the coarser one's clusters (docs/scale.md); the default clusters every resolution from nothing")
     ap.add_argument("--target-hours", type=float, default=4.0, help="the projected run, at most")

@@ -68,6 +68,12 @@ quality within 0.5% of theirs there and on the eLife and demo graphs, but 1.7% s
 on the scale run's 500k graph; on the demo's real graph MeSH accuracy equal or higher at every
 resolution (docs/scale.md).
 
+Parallel engine (`engine = "networkit"`, off by default; ParallelCPM): networkit's ParallelLeiden
+on every thread, one resolution at a time, made to optimise CPM by self-loops that give every node
+the same volume (METHODS §5.2). No warm start (it cannot start from a partition); partitions
+reproducible on one thread only. Measured against igraph in docs/scale.md (bench/leiden_scale.py
+--engines).
+
 Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
 type; the values are those of the float64 computation, so partitions do not change): 20 bytes an
 undirected edge. The int64 pair key exists only while `undirected` sorts (with the input arrays,
@@ -113,6 +119,8 @@ DEFAULT_RESOLUTIONS = [0.0003, 0.001, 0.003, 0.01, 0.03]
 DEFAULT_MAX_ITERATIONS = 3
 STABLE_BELOW = 1_000_000
 STABLE_CAP = 100
+ENGINES = ("igraph", "networkit")
+PARALLEL_ITERATIONS = 8
 
 
 @dataclass
@@ -138,6 +146,12 @@ class ClusterConfig:
                                "the partitions differ from independent runs (CPM quality measured in docs/scale.md)")
     polish_iterations: int = setting(1, "with warm_start: whole-graph Leiden iterations after the start on graphs of "
                                      "stable_below undirected edges or more (below: until stable)")
+    engine: str = setting("igraph", "Leiden implementation: igraph (seeded: the same partitions on any machine; one "
+                          "core a resolution, resolutions in parallel) or networkit (ParallelLeiden on every core, "
+                          "CPM through degree-equalising self-loops; one resolution at a time; the partitions "
+                          "depend on the thread count, reproducible with workers = 1)", choices=ENGINES)
+    parallel_iterations: int = setting(PARALLEL_ITERATIONS, "engine networkit: Leiden iterations a resolution (each "
+                                       "a whole pass; 3 left CPM quality 1.6-2.2% short of igraph's 3, docs/scale.md)")
     memory_gb: float = setting(0.0, "GiB this stage's processes may hold together: the Leiden runs at once are "
                                "as many as fit beside the graph at LEIDEN_BYTES_PER_EDGE an edge each; "
                                "0 = the memory available when they start")
@@ -350,6 +364,58 @@ def relabel_by_size(membership: np.ndarray) -> np.ndarray:
     return new[inv.ravel()].astype(np.int32)
 
 
+class ParallelCPM:
+    """networkit's ParallelLeiden, which optimises modularity with a resolution, made to optimise CPM.
+
+    A self-loop of weight (D - d_i)/2 on every node i (d_i its weighted degree, D the largest)
+    gives every node the volume D (networkit counts a loop twice in its node's volume). A loop lies
+    inside its node's cluster in every partition, so it adds a constant to the quality; with equal
+    volumes, modularity's null-model term γ_mod·vol_c²/(4W) is γ_mod·D²·n_c²/(4W), which is CPM's
+    γ·n_c²/2 at γ_mod = 2Wγ/D² (W the total weight, loops included). The moves and their gains are
+    CPM's; the partitions' CPM quality is computed here (cpm_quality), not taken from networkit.
+    Memory: networkit keeps each edge twice (node and weight, 16 bytes each way), built in blocks so
+    no int64 copy of all the edges exists at once."""
+
+    BLOCK = 8_000_000
+
+    def __init__(self, graph: Graph, threads: int):
+        import networkit as nk
+
+        self.graph, self.threads = graph, max(1, int(threads))
+        deg = (np.bincount(graph.lo, weights=graph.w, minlength=graph.n)
+               + np.bincount(graph.hi, weights=graph.w, minlength=graph.n))
+        self.D = float(deg.max()) if graph.m else 0.0
+        g = nk.Graph(graph.n, weighted=True, directed=False)
+        for i in range(0, graph.m, self.BLOCK):
+            j = min(graph.m, i + self.BLOCK)
+            g.addEdges((graph.w[i:j], (graph.lo[i:j].astype(np.uint64), graph.hi[i:j].astype(np.uint64))),
+                       checkMultiEdge=False)
+        pad = 0.5 * (self.D - deg)
+        loops = np.flatnonzero(pad > 0).astype(np.uint64)
+        if len(loops):
+            g.addEdges((pad[loops], (loops, loops)), checkMultiEdge=False)
+        self.W = float(g.totalEdgeWeight())
+        self.g = g
+
+    def leiden(self, resolution: float, seed: int, iterations: int) -> tuple[np.ndarray, dict]:
+        """(membership 0..k-1, {iterations, converged (None: networkit runs all of them), quality})."""
+        import networkit as nk
+
+        graph = self.graph
+        if graph.m == 0:
+            return np.arange(graph.n, dtype=np.int64), {"iterations": 0, "converged": True, "quality": float("nan")}
+        nk.setNumberOfThreads(self.threads)
+        nk.engineering.setSeed(int(seed), False)
+        run = nk.community.ParallelLeiden(self.g, iterations=max(1, iterations), randomize=True,
+                                          gamma=2.0 * self.W * resolution / self.D ** 2)
+        with Progress(f"parallel leiden γ={resolution:g}", 1, "runs") as p:
+            run.run()
+            p.advance(1)
+        mem = np.unique(np.asarray(run.getPartition().getVector(), np.int64), return_inverse=True)[1]
+        return mem, {"iterations": max(1, iterations), "converged": None,
+                     "quality": cpm_quality(mem, graph.lo, graph.hi, graph.w, resolution)}
+
+
 def iterations_for(m: int, cfg: ClusterConfig) -> int:
     """The iteration cap for a graph of m undirected edges (-1: none)."""
     if cfg.max_iterations < 0:
@@ -357,15 +423,21 @@ def iterations_for(m: int, cfg: ClusterConfig) -> int:
     return max(STABLE_CAP, cfg.max_iterations) if m < cfg.stable_below else cfg.max_iterations
 
 
-def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Graph | None = None,
+def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Graph | ParallelCPM | None = None,
                   initial: np.ndarray | None = None, cap: int | None = None) -> tuple[np.ndarray, dict]:
-    """Leiden at one resolution, small clusters merged, ids by size. Pass `g` (graph.igraph())
-    to reuse one igraph graph across calls; `initial` and `cap` start Leiden from a membership
-    and bound its iterations (default: every node alone, iterations_for)."""
-    g = g if g is not None else graph.igraph()
+    """Leiden at one resolution, small clusters merged, ids by size. Pass `g` (graph.igraph(), or a
+    ParallelCPM with engine networkit) to reuse one graph across calls; `initial` and `cap` start
+    igraph's Leiden from a membership and bound its iterations (default: every node alone,
+    iterations_for)."""
     t0, c0 = time.perf_counter(), time.process_time()
-    cap = iterations_for(graph.m, cfg) if cap is None else cap
-    mem, run = leiden(g, graph.w, resolution, cfg.seed, cap, cfg.beta, initial=initial)
+    if cfg.engine == "networkit":
+        g = g if g is not None else ParallelCPM(graph, cfg.workers or os.cpu_count() or 1)
+        cap = cfg.parallel_iterations
+        mem, run = g.leiden(resolution, cfg.seed, cap)
+    else:
+        g = g if g is not None else graph.igraph()
+        cap = iterations_for(graph.m, cfg) if cap is None else cap
+        mem, run = leiden(g, graph.w, resolution, cfg.seed, cap, cfg.beta, initial=initial)
     t1, c1 = time.perf_counter(), time.process_time()
     raw = int(mem.max()) + 1 if len(mem) else 0
     mem, stranded = merge_small_clusters(mem, graph.lo, graph.hi, graph.w, cfg.min_cluster_size)
@@ -752,17 +824,27 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
     if cfg.warm_start and cfg.target_topics > 0:
         raise UserError("[cluster] target_topics and warm_start cannot be combined: the bisection's probes start "
                         "from nothing; give warm_start its resolutions instead")
+    parallel = cfg.engine == "networkit"
+    if parallel and cfg.warm_start:
+        raise UserError("[cluster] warm_start needs engine = \"igraph\": networkit's ParallelLeiden cannot start "
+                        "from a partition; the networkit engine runs every resolution on all cores instead")
+    threads = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
     t1, c1 = time.perf_counter(), time.process_time()
-    g = graph.igraph()
+    g = ParallelCPM(graph, threads) if parallel else graph.igraph()
     t_graph, c_graph = time.perf_counter() - t1, time.process_time() - c1
-    log.info("cluster: graph of %s nodes, %s undirected edges: arrays %.1f s, igraph %.1f s, RSS %.0f MB",
-             f"{graph.n:,}", f"{graph.m:,}", t1 - t0, t_graph, current_rss_mb())
+    log.info("cluster: graph of %s nodes, %s undirected edges: arrays %.1f s, %s %.1f s, RSS %.0f MB",
+             f"{graph.n:,}", f"{graph.m:,}", t1 - t0, cfg.engine, t_graph, current_rss_mb())
     resolutions = sorted(set(float(r) for r in cfg.resolutions))
-    summary: dict = {"papers": graph.n, "edges_undirected": graph.m, "warm_start": cfg.warm_start, "load_s": round(t1 - t0, 3),
-                     "graph_s": round(t_graph, 3), "graph_cpu_s": round(c_graph, 3)}
+    summary: dict = {"papers": graph.n, "edges_undirected": graph.m, "engine": cfg.engine, "warm_start": cfg.warm_start,
+                     "load_s": round(t1 - t0, 3), "graph_s": round(t_graph, 3), "graph_cpu_s": round(c_graph, 3)}
     # with a target, up to 2^d - 1 bisection probes run at once (resolution_for_target)
     jobs = max(len(resolutions), 2 ** MAX_SPECULATIVE_DEPTH - 1 if cfg.target_topics > 0 else 0)
-    if cfg.warm_start:
+    if parallel:
+        # one resolution at a time, each on every thread; reproducible only on one thread
+        workers, why = 1, f"networkit ParallelLeiden on {threads} thread(s)"
+        summary["threads"] = threads
+        summary["reproducible"] = threads == 1
+    elif cfg.warm_start:
         # one whole-graph Leiden at a time; the refinements inside clusters run on small subgraphs
         workers = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
         why = f"warm start: the refinement inside clusters in {workers} process(es)"

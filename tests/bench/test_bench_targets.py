@@ -78,6 +78,18 @@ def test_leiden_scale_warm_mode_prints_both_sweeps_and_misses_an_unreachable_spe
     assert p.stdout.count("CPM quality independent") == 5 and "refinement inside" in p.stdout
 
 
+def test_leiden_scale_engines_mode_prints_three_sweeps_and_misses_an_unreachable_speedup(repo_root):
+    p = bench(repo_root, "leiden_scale.py", "--engines", "--nodes", 3000, "--edges", 30000, "--community", 50,
+              "--workers", 2, "--target-engine", 1000)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "networkit sweep speed-up (wall) against igraph with 2 workers", "MISSED", ">= 1000.00x")
+    assert re.search(r"^  networkit Leiden CPM quality short of igraph, worst resolution: [\d.]+% \(target <= 0\.50%\): "
+                     r"(met|MISSED)$", p.stdout, re.M), p.stdout[-3000:]
+    assert p.stdout.count("CPM quality igraph") == 10 and p.stdout.count("Leiden's CPM quality igraph") == 5
+    for label in ("igraph, 2 workers: sweep", "networkit, 1 thread: sweep", "networkit, 2 threads: sweep"):
+        assert label in p.stdout
+
+
 def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp_path):
     out = tmp_path / "feed.json"
     p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000,

@@ -22,8 +22,8 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
-from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, build_graph, cluster_graph, cpm_quality, leiden,
-                             load_graph, merge_small_clusters, polish_cap, refine_within, resolution_for_target,
+from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, ParallelCPM, build_graph, cluster_graph, cpm_quality,
+                             leiden, load_graph, merge_small_clusters, polish_cap, refine_within, resolution_for_target,
                              run_cluster)
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
@@ -455,6 +455,63 @@ def test_warm_start_refuses_a_topic_target(tmp_path, make_run):
     run_knn(KnnConfig(k=8), layout)
     with pytest.raises(UserError, match="target_topics and warm_start"):
         run_cluster(ClusterConfig(resolutions=[0.01], warm_start=True, target_topics=5), layout)
+
+
+# ---------------------------------------------------------------- engine networkit (ParallelCPM)
+
+def test_parallel_cpm_loops_give_every_node_one_volume(planted_graph):
+    """The self-loops make every node's volume (loop counted twice) the largest degree D, and the
+    graph's total weight is the edges' plus the loops'."""
+    graph, _ = planted_graph
+    graph = Graph(graph.n + 1, graph.lo, graph.hi, graph.a, graph.w)       # one isolated node
+    p = ParallelCPM(graph, threads=1)
+    deg = np.bincount(graph.lo, weights=graph.w, minlength=graph.n) + np.bincount(graph.hi, weights=graph.w,
+                                                                                 minlength=graph.n)
+    assert p.D == pytest.approx(deg.max()) and deg.min() == 0 < deg.max()
+    vol = np.array([p.g.weightedDegree(u, True) for u in range(graph.n)])
+    assert np.allclose(vol, p.D)
+    assert p.W == pytest.approx(graph.w.sum() + 0.5 * (p.D * graph.n - deg.sum()))
+
+
+@pytest.mark.parametrize("resolution", [0.01, 0.05])
+def test_parallel_cpm_optimises_igraphs_cpm(tmp_path, make_run, resolution):
+    """networkit's ParallelLeiden on the looped graph at γ_mod = 2Wγ/D² finds partitions of igraph's
+    CPM quality at γ (a wrong mapping of γ gives other cluster counts and a lower CPM quality), and
+    on one thread the same partition for the same seed."""
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    graph = load_graph(layout)
+    ref, info = leiden(graph.igraph(), graph.w, resolution, 42, max_iterations=-1, progress=False)
+    p = ParallelCPM(graph, threads=1)
+    mem, pinfo = p.leiden(resolution, 42, 8)
+    assert pinfo["quality"] == pytest.approx(cpm_quality(mem, graph.lo, graph.hi, graph.w, resolution))
+    assert pinfo["quality"] >= info["quality"] - 0.01 * abs(info["quality"]), (pinfo["quality"], info["quality"])
+    assert abs(int(mem.max()) + 1 - (int(ref.max()) + 1)) <= 0.15 * (int(ref.max()) + 1)
+    assert np.array_equal(p.leiden(resolution, 42, 8)[0], mem), "one thread, one seed: one partition"
+
+
+def test_networkit_engine_stage_and_its_refusals(tmp_path, make_run):
+    """The stage with engine networkit: every row in every resolution, fewer clusters at coarser γ,
+    the target bisection, the summary says the engine and whether the partitions are reproducible;
+    warm start and an unknown engine are refused."""
+    from sciencemap.config import check_settings
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    s = run_cluster(ClusterConfig(resolutions=[0.003, 0.03], engine="networkit", workers=2, target_topics=12,
+                                  min_cluster_size=3), layout)
+    c = read_table(layout.table("clusters")).to_pandas()
+    assert c.groupby("resolution").size().eq(360).all() and len(set(c["resolution"])) == 3
+    counts = [r["clusters"] for r in s["resolutions"]]
+    assert counts == sorted(counts) and abs(s["target_topics"]["clusters"] - 12) <= 2
+    assert s["engine"] == "networkit" and s["threads"] == 2 and not s["reproducible"] and s["workers"] == 1
+    assert all(r["iterations"] == ClusterConfig().parallel_iterations for r in s["resolutions"])
+    one = run_cluster(ClusterConfig(resolutions=[0.03], engine="networkit", workers=1), layout)
+    assert one["reproducible"] and one["threads"] == 1
+    with pytest.raises(UserError, match="warm_start needs engine"):
+        run_cluster(ClusterConfig(resolutions=[0.01], engine="networkit", warm_start=True), layout)
+    with pytest.raises(UserError, match="engine"):
+        check_settings(ClusterConfig, {"engine": "graph-tool"}, "[cluster]")
 
 
 def test_worker_count_follows_cores_resolutions_and_memory(monkeypatch):
