@@ -44,7 +44,8 @@ size has that figure).
 
 The cluster stage runs its Leiden resolutions in as many worker processes as fit in
 --stage-memory-gib (its [cluster] memory_gb, by default the peak target below): a stage that keeps
-to a budget on a shared machine, which the measured peak then checks.
+to a budget on a shared machine, which the measured peak then checks. --engine networkit runs each
+resolution on every core instead ([cluster] engine; docs/scale.md).
 
 Targets (--target-…): every stage's peak at the largest size <= 12 GiB when that size is >= 2M;
 the projected total <= 4 h and every projected peak <= 100 GB. A verdict line each; exit 1 on a
