@@ -139,7 +139,8 @@ class ClusterConfig:
     target_topics: int = setting(0, ">0: add the resolution giving about this many clusters (bisection)")
     workers: int = setting(0, "resolutions clustered at once, each in a forked process sharing the graph "
                            "(copy-on-write); 0 = one per core, fewer where memory is short; 1 = one after another. "
-                           "The partitions are the same either way (each resolution seeds its own Leiden)")
+                           "The partitions are the same either way (each resolution seeds its own Leiden). "
+                           "With engine networkit: its threads (0 = one per core)")
     warm_start: bool = setting(False, "each finer resolution starts from the next coarser one's clusters, refined "
                                "inside each of them (in worker processes, each cluster seeded by its own), then runs "
                                "polish_iterations Leiden iterations on the whole graph: much cheaper on large graphs, "
