@@ -417,6 +417,11 @@ class ParallelCPM:
                      "quality": cpm_quality(mem, graph.lo, graph.hi, graph.w, resolution)}
 
 
+def cores(cfg: ClusterConfig) -> int:
+    """The `workers` setting, 0 = one per core: warm start's refinement processes, networkit's threads."""
+    return cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
+
+
 def iterations_for(m: int, cfg: ClusterConfig) -> int:
     """The iteration cap for a graph of m undirected edges (-1: none)."""
     if cfg.max_iterations < 0:
@@ -432,7 +437,7 @@ def cluster_graph(graph: Graph, resolution: float, cfg: ClusterConfig, g: ig.Gra
     iterations_for)."""
     t0, c0 = time.perf_counter(), time.process_time()
     if cfg.engine == "networkit":
-        g = g if g is not None else ParallelCPM(graph, cfg.workers or os.cpu_count() or 1)
+        g = g if g is not None else ParallelCPM(graph, cores(cfg))
         cap = cfg.parallel_iterations
         mem, run = g.leiden(resolution, cfg.seed, cap)
     else:
@@ -478,7 +483,7 @@ def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[
     """How many Leiden runs go at once, and why: the setting (0 = cores), at most `jobs`, and as
     many as the memory holds at LEIDEN_BYTES_PER_EDGE an edge each beside the `held` bytes of this
     process (the graph the workers share): `memory_gb` when set, else the available memory."""
-    want = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
+    want = cores(cfg)
     n = max(1, min(want, jobs))
     why = f"{'setting' if cfg.workers > 0 else 'cores'} {want}, {jobs} Leiden runs to do"
     if cfg.memory_gb > 0:
@@ -829,7 +834,7 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
     if parallel and cfg.warm_start:
         raise UserError("[cluster] warm_start needs engine = \"igraph\": networkit's ParallelLeiden cannot start "
                         "from a partition; the networkit engine runs every resolution on all cores instead")
-    threads = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
+    threads = cores(cfg)
     t1, c1 = time.perf_counter(), time.process_time()
     g = ParallelCPM(graph, threads) if parallel else graph.igraph()
     t_graph, c_graph = time.perf_counter() - t1, time.process_time() - c1
@@ -847,7 +852,7 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
         summary["reproducible"] = threads == 1
     elif cfg.warm_start:
         # one whole-graph Leiden at a time; the refinements inside clusters run on small subgraphs
-        workers = cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
+        workers = threads
         why = f"warm start: the refinement inside clusters in {workers} process(es)"
     else:
         workers, why = worker_count(cfg, jobs, graph.m, held=int(current_rss_mb() * 2**20))
