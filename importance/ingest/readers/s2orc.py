@@ -292,9 +292,14 @@ def top_sections(paras: list) -> list[TopSection]:
     return list(sections.values())
 
 
+_TRAILING_NUMBER = re.compile(r"(\d+)/?\s*$")
+
+
 def _trailing_number(v) -> str | None:
     """unarXive gives PubMed/PMC ids as URLs (https://pubmed.ncbi.nlm.nih.gov/34495856): keep the number."""
-    m = re.search(r"(\d+)/?\s*$", str(v or ""))
+    if not v:  # most references carry no PubMed or PMC id
+        return None
+    m = _TRAILING_NUMBER.search(str(v))
     return m.group(1) if m else None
 
 
@@ -310,7 +315,8 @@ def _reference(citing: str, key: str, bib: dict, path: str, citing_year: int | N
     ids = bib.get("ids") or {}
     other = bib.get("other_ids") or {}  # S2ORC: {"DOI": [...], "ArXiv": [...], "PubMed": [...]}
     raw = clean_ws(bib.get("bib_entry_raw") or bib.get("raw_text")) or None
-    structured = bool(clean_ws(bib.get("title")) or bib.get("authors") or bib.get("year"))
+    title = clean_ws(bib.get("title"))
+    structured = bool(title or bib.get("authors") or bib.get("year"))
     parsed = parse_reference(raw, citing_year) if raw and not structured else None
     doi = norm_doi(ids.get("doi") or _first(other.get("DOI")))
     pmid = _trailing_number(ids.get("pubmed_id") or _first(other.get("PubMed")))
@@ -329,7 +335,6 @@ def _reference(citing: str, key: str, bib: dict, path: str, citing_year: int | N
     if parsed is not None:
         title, year, authors = parsed.title, parsed.year, parsed.authors
     else:
-        title = clean_ws(bib.get("title"))
         year = plausible_year(parse_year(str(bib.get("year") or "")), citing_year)
         authors = [author(a.get("last"), " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip() or None)
                    for a in bib.get("authors") or [] if isinstance(a, dict) and a.get("last")]
