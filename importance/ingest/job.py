@@ -150,10 +150,17 @@ def _internal_schemas():
             "citance": citance, "warning": to_spark_schema("warnings"), "file": to_spark_schema("files")}
 
 
-def _parse_rows(fmt: str, source: str, bodies: bool, mapped: bool, sections: bool, rows):
+def input_settings(spec: dict) -> tuple[str, str, bool, bool]:
+    """What a reader needs of one input: (format, source, read bodies, mapped)."""
+    return spec.get("format"), spec.get("source"), reads_bodies(spec), is_mapped(spec)
+
+
+def _parse_rows(settings: list[tuple[str, str, bool, bool]], sections: bool, rows):
+    """(kind, record) of every file row (path, content, input: its index in `settings`)."""
     from importance.ingest.readers import PAPER, parse_file_accounted
 
     for row in rows:
+        fmt, source, bodies, mapped = settings[row.input]
         for kind, rec in parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None
                                               else b"", bodies=bodies, sections=sections):
             if kind == PAPER:
@@ -276,13 +283,17 @@ def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -
     return total_size((x.read.size() for x in listings or [list_input(spec) for spec in inputs]), "input files")
 
 
-def read_inputs(spark, inputs: list[dict], partitions: int | None = None, sections: bool = False):
-    """One RDD of (kind, dict) records over all inputs, parsed on the executors, in at most
-    `partitions` partitions (default 2 per task slot); `sections`: the section records too."""
+def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
+    """One DataFrame of the input files (path, content, input: the index of its spec in `inputs`)
+    in at most `partitions` partitions (default 2 per task slot). Parsing them is one Python pass
+    per partition (stage_inputs): a coalesce or union after a Python step would send every record
+    through the JVM to a second Python worker."""
+    from pyspark.sql import functions as F
+
     from importance.ingest.readers import FORMATS
 
-    rdds = []
-    for spec in inputs:
+    frames = []
+    for i, spec in enumerate(inputs):
         fmt, source = spec.get("format"), spec.get("source")
         check_format(fmt)
         if not source:
@@ -291,18 +302,19 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None, sectio
         reader = spark.read.format("binaryFile").option("pathGlobFilter", spec.get("glob", FORMATS[fmt].glob))
         if p.is_dir():
             reader = reader.option("recursiveFileLookup", "true")
-        df = reader.load(str(p)).select("path", "content")
-        rdds.append(df.rdd.mapPartitions(partial(_parse_rows, fmt, source, reads_bodies(spec), is_mapped(spec), sections)))
-    rdd = rdds[0].context.union(rdds) if len(rdds) > 1 else rdds[0]
+        frames.append(reader.load(str(p)).select("path", "content", F.lit(i).alias("input")))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
     # Few, larger partitions: per-task Python start-up dominates on small corpora.
     n = partitions or 2 * spark.sparkContext.defaultParallelism
-    return rdd.coalesce(max(1, min(rdd.getNumPartitions(), n)))
+    return df.coalesce(max(1, min(df.rdd.getNumPartitions(), n)))
 
 
-def _write_partition(root: str, schemas: dict, index: int, records):
+def _write_partition(root: str, schemas: dict, settings: list, sections: bool, index: int, rows):
     from importance.ingest.staged_records import write_records
 
-    yield write_records(root, schemas, f"part-{index:05d}", records)
+    yield write_records(root, schemas, f"part-{index:05d}", _parse_rows(settings, sections, rows))
 
 
 def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None = None,
@@ -315,8 +327,9 @@ def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None =
 
     schemas = staged_records.arrow_schemas(_internal_schemas())
     staged_records.prepare(root, schemas)
-    rdd = read_inputs(spark, inputs, partitions, sections)
-    parts = rdd.mapPartitionsWithIndex(partial(_write_partition, str(root), schemas)).collect()
+    files = read_inputs(spark, inputs, partitions)
+    settings = [input_settings(spec) for spec in inputs]
+    parts = files.rdd.mapPartitionsWithIndex(partial(_write_partition, str(root), schemas, settings, sections)).collect()
     listed = [rec for i, spec in enumerate(inputs) for rec in _listed_records(listings[i] if listings else list_input(spec))]
     parts.append(staged_records.write_records(str(root), schemas, "listed", listed))
     return staged_records.merge_counts(parts)
