@@ -289,6 +289,17 @@ def test_ingest_roles_misses_an_unreachable_ratio(repo_root, tmp_path):
     assert summary(p) == (1, 0, 1)
 
 
+def test_reader_speed_misses_an_unreachable_ratio(repo_root, tmp_path):
+    """The S2ORC reader against json.loads on a small generated corpus: both roles print their
+    row, and a reader no slower than json.loads (ratio <= 0.5) is out of reach."""
+    p = bench(repo_root, "reader_speed.py", "--papers", 400, "--work", tmp_path, "--target-ratio", 0.5)
+    assert p.returncode == 1, p.stderr[-3000:]
+    for role in ("map", "train"):
+        assert re.search(rf"^{role} +[\d,]+ +[\d,]+ +{FIGURE} +{FIGURE}", p.stdout, re.M), (role, p.stdout)
+    verdict(p, "map role: reader CPU / json.loads CPU", "MISSED", "<= 0.50")
+    assert summary(p) == (1, 0, 1)
+
+
 def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo_root, tmp_path):
     """The whole pipeline on 1,500 generated papers with references: every stage prints its line,
     the 2M peak target is not checked at this size, and a projected budget of 0 hours is missed."""
