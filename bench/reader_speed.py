@@ -1,11 +1,11 @@
 """The S2ORC reader's CPU cost per paper and per reference, against json.loads of the same lines (issue 27).
 
 Ingest's Python half is the readers: at 33M papers every microsecond a reference costs about
-9 CPU-hours (≈ 1B references). This parses S2ORC JSON Lines the way an ingest task does (the
-reader, then the staged Parquet records of importance/ingest/staged_records.py) and, in the same
-run, json.loads alone over the same lines: the floor any Python reader of this format pays. The
-ratio reader / json.loads is what the reader adds; CPU time, the least of --repeat alternating passes
-of each (one pass's CPU time wanders by up to 40 % on a shared machine).
+9 CPU-hours (≈ 1B references). This parses S2ORC JSON Lines the way an ingest task does
+(importance.ingest.job's _write_partition: the reader, then the staged Parquet records) and, in
+the same run, json.loads alone over the same lines: the floor any Python reader of this format
+pays. The ratio reader / json.loads is what the reader adds; CPU time, the least of --repeat
+alternating passes of each (one pass's CPU time wanders by up to 40 % on a shared machine).
 
 Input: --input (S2ORC or unarXive JSON Lines, a file or folder), else a generated corpus
 (bench/synthetic.py write_input_corpus, --papers, 10 % with full text) written under --work.
@@ -63,17 +63,17 @@ def json_floor(rows: list[FileRow]) -> float:
 
 
 def read(rows: list[FileRow], fmt: str, bodies: bool) -> tuple[float, dict]:
-    """CPU seconds of the reader and the staged writes, and the records per kind."""
+    """CPU seconds of the reader and the staged writes (an ingest task's own function), and the
+    records per kind."""
     from importance.ingest import staged_records
-    from importance.ingest.job import _internal_schemas, _parse_rows
+    from importance.ingest.job import _internal_schemas, _write_partition
 
     schemas = staged_records.arrow_schemas(_internal_schemas())
     with tempfile.TemporaryDirectory() as root:
         staged_records.prepare(Path(root), schemas)
         settle()
         t = time.process_time()
-        counts = staged_records.write_records(root, schemas, "part-00000",
-                                              _parse_rows([(fmt, "bench", bodies, not bodies)], False, rows))
+        counts = next(_write_partition(root, schemas, [(fmt, "bench", bodies, not bodies)], False, 0, rows))
         cpu = time.process_time() - t
     kinds: dict[str, int] = {}
     for (_source, kind), n in counts.items():
