@@ -1,7 +1,7 @@
 """The S2ORC reader's CPU cost per paper and per reference, against json.loads of the same lines (issue 27).
 
 Ingest's Python half is the readers: at 33M papers every microsecond a reference costs about
-9 CPU-hours (≈ 1B references). This parses S2ORC JSON Lines the way an ingest task does
+0.3 CPU-hours (≈ 1B references). This parses S2ORC JSON Lines the way an ingest task does
 (importance.ingest.job's _write_partition: the reader, then the staged Parquet records) and, in
 the same run, json.loads alone over the same lines: the floor any Python reader of this format
 pays. The ratio reader / json.loads is what the reader adds; CPU time, the least of --repeat
