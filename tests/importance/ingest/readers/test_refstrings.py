@@ -170,3 +170,14 @@ def test_first_work_only_and_empty_input():
     p = parse_reference("H. Ooguri and C. Vafa, Nucl. Phys. B 361 (1991) 469; Nucl. Phys. B 367 (1991) 83.", 2022)
     assert (p.title, p.year, [a["family"] for a in p.authors]) == (None, 1991, ["Ooguri", "Vafa"])
     assert parse_reference("", 2022).title is None and parse_reference(None).year is None
+
+
+def test_literal_guards_follow_re_ignorecase():
+    """The parser skips a case-insensitive pattern when the lowercased text lacks its literal; re.I
+    also matches "ı" (dotless i), "İ" and "ſ" (long s) to i and s, so the guard must fold them the
+    same way (synthetic strings)."""
+    plain = find_ids("A. Author, A title, arXiv:2104.06921, ISBN 978-3-16-148410-0, Available: somewhere.")
+    assert plain == (None, "2104.06921", "A. Author, A title, somewhere.")
+    for odd in ("A. Author, A title, arXıv:2104.06921, ıſbn 978-3-16-148410-0, Avaılable: somewhere.",
+                "A. Author, A title, ARXİV:2104.06921, İSBN 978-3-16-148410-0, AVAİLABLE: somewhere."):
+        assert find_ids(odd) == plain
