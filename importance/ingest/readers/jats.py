@@ -63,7 +63,17 @@ _TAGGED_PARTS = ("article-title", "chapter-title", "source", "year", "person-gro
 
 
 def _text(el) -> str | None:
-    return clean_ws("".join(el.itertext())) if el is not None else None
+    if el is None:
+        return None
+    if not len(el):  # no child elements (most names, years, titles): its text is all itertext gives
+        return clean_ws(el.text or "")
+    return clean_ws("".join(el.itertext()))
+
+
+def _child(el, tag: str):
+    """el.find(tag) for a plain child tag, filtered in lxml's C code rather than parsed as a path
+    (a reference list has ~4 names a reference, each asked for two children)."""
+    return next(el.iterchildren(tag), None)
 
 
 def _abstract_text(el) -> str | None:
@@ -162,7 +172,7 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bo
         for cid in contrib.iter("contrib-id", "uri"):
             if (cid.get("contrib-id-type") or cid.get("content-type") or "").lower() == "orcid":
                 orcid = _text(cid)
-        authors.append(author(_text(name.find("surname")), _text(name.find("given-names")), orcid))
+        authors.append(author(_text(_child(name, "surname")), _text(_child(name, "given-names")), orcid))
 
     year = None
     dates = meta.findall("pub-date")
@@ -215,7 +225,7 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bo
             if (pg.get("person-group-type") or "author") == "author":
                 group = pg
                 break
-        rauthors = [author(_text(n.find("surname")), _text(n.find("given-names")))
+        rauthors = [author(_text(_child(n, "surname")), _text(_child(n, "given-names")))
                     for n in (group if group is not None else cit).iter("name")]
         ryear = plausible_year(parse_year(_text(cit.find(".//year"))), year)
         # A mixed-citation is the reference as written: kept in `raw`; one that holds only text
