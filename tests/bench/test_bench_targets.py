@@ -354,3 +354,20 @@ def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo
     p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--ef-search", 64,
               "--json", figures, "--resume")
     assert p.returncode != 0 and "measured with other inputs or settings" in p.stderr, p.stderr[-2000:]
+
+
+def test_reader_speed_reads_jats_against_lxml(repo_root, tmp_path):
+    """JATS input (three gzipped eLife samples): the floor is lxml's parse of the unpacked files,
+    both roles print their row, and the verdict names that floor."""
+    elife = tmp_path / "elife"
+    elife.mkdir()
+    for p in sorted((repo_root / "sample" / "elife").glob("*.xml.gz"))[:3]:
+        (elife / p.name).write_bytes(p.read_bytes())
+    p = bench(repo_root, "reader_speed.py", "--input", elife, "--format", "jats", "--repeat", 1,
+              "--target-ratio", 1e9)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert re.search(r"^role +papers +refs +reader CPU s +lxml CPU s", p.stdout, re.M), p.stdout
+    for role in ("map", "train"):
+        assert re.search(rf"^{role} +3 +[\d,]+ +{FIGURE} +{FIGURE}", p.stdout, re.M), (role, p.stdout)
+    verdict(p, "map role: reader CPU / lxml parse CPU", "met", "<= 1000000000.00")
+    assert re.search(r"^all 1 met: exit 0$", p.stdout, re.M), p.stdout[-3000:]
