@@ -158,10 +158,9 @@ def find_arxiv(text: str) -> str | None:
     """The first arXiv id written in `text`, normalised: 2104.06921, hep-ph/0511200 (version and
     old-style subject class dropped)."""
     low = _folded(text)
-    could_match = {_ARXIV_EXPLICIT: "arxiv" in low or "abs/" in low, _ARXIV_OLD: "/" in text,
-                   _ARXIV_BARE: bool(_DIGIT_DOT_DIGIT.search(text))}
-    for rx in (_ARXIV_EXPLICIT, _ARXIV_OLD, _ARXIV_BARE):
-        if not could_match[rx]:
+    for rx, could_match in ((_ARXIV_EXPLICIT, "arxiv" in low or "abs/" in low), (_ARXIV_OLD, "/" in text),
+                            (_ARXIV_BARE, _DIGIT_DOT_DIGIT.search(text))):
+        if not could_match:
             continue
         for m in rx.finditer(text):
             if rx is _ARXIV_OLD:
@@ -508,7 +507,8 @@ def split_top(text: str) -> list[str]:
         if c in "([":
             depth += 1
         elif c in ")]":
-            depth -= 1 if depth else 0
+            if depth:
+                depth -= 1
         elif c in "“”":
             quote = c == "“"
         elif depth == 0 and not quote:  # a comma at the top
