@@ -42,6 +42,7 @@ from sciencemap.layout import RunLayout
 from sciencemap.runtime import UserError
 from sciencemap.storage import write_json_atomic
 
+from importance.ingest.readers.common import DUPLICATE_REASON
 from importance.ingest.spark import (AUTO, InputSize, SizeTally, SparkSettings, arrow_to_spark_type, auto_int,
                                      spark_for_stage, to_spark_schema, total_size, write_spark_table)
 
@@ -51,7 +52,6 @@ DEFAULT_INPUTS = [
     {"path": "sample/scisummnet", "format": "scisummnet", "source": "scisummnet"},
     {"path": "sample/pubmed", "format": "pubmed_csv", "source": "pubmed"},
 ]
-DUPLICATE_REASON = "duplicate paper id"
 OUTSIDE_REASON = "citing paper outside corpus"
 CITED_MISSING_REASON = "cited paper not in corpus"
 DANGLING_REASON = "in-text citation to an unknown reference"
@@ -438,7 +438,9 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     fulltext_citing = papers.where("has_fulltext").select(F.col("paper_id").alias("citing_id"))
     cit_body_ments = cit_ments.join(fulltext_citing, "citing_id", "left_semi")
 
-    refs_all = refs.dropDuplicates(["citing_id", "ref_key"]).unionByName(cit_refs)
+    # one entry per (citing_id, ref_key) already: the readers' contract (parse_file_accounted), and the
+    # kept row of a duplicate paper is the only one with its (citing_id, source_file)
+    refs_all = refs.unionByName(cit_refs)
     refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations, stash)
     cited_only = stash(cited_only, "cited_only")   # an aggregate over the unresolved references: once
     ments_all = ments.unionByName(cit_body_ments.drop("_matched", "_citance_source"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from importance.ingest.readers import clscisumm, jats, medline_text, medline_xml, pubmed_csv, s2orc, scisummnet
-from importance.ingest.readers.common import CITANCE, FILE, PAPER, REJECT, WARNING, BadRecord, reject
+from importance.ingest.readers.common import CITANCE, FILE, PAPER, REF, REJECT, WARNING, BadRecord, reject
 
 @dataclass(frozen=True)
 class Format:
@@ -73,14 +73,27 @@ def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
     skipped | auxiliary, the input records it gave, and the reason where it is not simply parsed.
 
     rejected = the whole file failed and gave no paper or citance; a file that gave records and then
-    failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason."""
+    failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason.
+
+    A reference key its paper already gave is dropped (the first entry wins): the ingest joins
+    references and mentions on (citing_id, ref_key) and relies on one entry per key, which the
+    readers give (one entry per key in jats, one row of a paper id per file in s2orc); held here, it
+    needs no deduplication over all references in Spark. A paper's references come together, so
+    only the current paper's keys are held (a JSONL shard of 100k papers would hold millions)."""
     counts = {"papers": 0, "record_rejects": 0, "citances": 0, "warnings": 0}
     declared, failure, citance_records = None, None, 0
+    ref_paper, ref_keys = None, set()
     for kind, rec in parse_file(fmt, source, path, data, bodies, sections):
         if kind == FILE:
             declared = rec
             continue
-        if kind == PAPER:
+        if kind == REF:
+            if rec["citing_id"] != ref_paper:
+                ref_paper, ref_keys = rec["citing_id"], set()
+            if rec["ref_key"] in ref_keys:
+                continue
+            ref_keys.add(rec["ref_key"])
+        elif kind == PAPER:
             counts["papers"] += 1
         elif kind == CITANCE:
             counts["citances"] += 1

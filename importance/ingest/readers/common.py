@@ -32,6 +32,7 @@ PAPER, REF, MENTION, REJECT, SENTENCE, CITANCE = "paper", "ref", "mention", "rej
 # file (files table); a reader yields one only to say a file is skipped or auxiliary (file_status).
 # SECTION: a top-level section's title, class and sentences (sections table; readers asked for them).
 WARNING, FILE, SECTION = "warning", "file", "section"
+DUPLICATE_REASON = "duplicate paper id"
 
 _WS = re.compile(r"\s+")
 _YEAR = re.compile(r"(1[5-9]\d\d|20\d\d)")

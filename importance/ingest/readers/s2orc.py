@@ -1,7 +1,9 @@
 """S2ORC / unarXive JSONL: one full-text paper per line -> paper, references (bib_entries), mentions.
 
 Each line is one input record: a line that is not valid JSON (or has no usable id) becomes one
-reject naming its line number; the other lines of the file are still ingested.
+reject naming its line number; the other lines of the file are still ingested. A paper id a file
+already gave is rejected as a duplicate here, with its references and mentions (the first line wins,
+as the ingest's rule for duplicates picks it).
 
 unarXive 2022 lines carry `paper_id` (the arXiv id), `metadata` (arXiv metadata: title, authors_parsed,
 doi, versions, journal-ref, categories), `discipline`, `abstract`, `body_text` paragraphs
@@ -32,9 +34,9 @@ import re
 from dataclasses import dataclass, field
 
 from importance.ingest.fields import arxiv_fields
-from importance.ingest.readers.common import (MENTION, PAPER, REF, BadRecord, author, bom_encoding, clean_ws,
-                                              json_truncated, norm_doi, norm_title, open_text_stream, parse_year, reject,
-                                              section_records, starts_with, utf8_problem, warning)
+from importance.ingest.readers.common import (DUPLICATE_REASON, MENTION, PAPER, REF, BadRecord, author, bom_encoding,
+                                              clean_ws, json_truncated, norm_doi, norm_title, open_text_stream,
+                                              parse_year, reject, section_records, starts_with, utf8_problem, warning)
 from importance.ingest.readers.refstrings import clean_raw, find_ids, first_work, parse_reference, plausible_year
 from importance.ingest.readers.sentences import context_at, sentence_bounds, split_sentences
 from importance.ingest.headings import known_class
@@ -70,7 +72,7 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bo
     """Generator: records of every good line, one reject per bad line; without bodies no line's
     body_text is read (paper and references only); with sections each paper's top-level sections
     and their sentences too."""
-    n_lines = 0
+    n_lines, seen = 0, set()
     for lineno, raw in _lines(path, data):
         if not raw.strip():
             continue
@@ -97,6 +99,12 @@ def parse(path: str, data: bytes, source: str, bodies: bool = True, sections: bo
         except Exception as e:  # odd shapes (a list where a dict is expected...) reject the line only
             yield reject(path, rid, f"unreadable record on line {lineno}: {type(e).__name__}: {e}"[:500], source)
             continue
+        paper_id = recs[0][1]["paper_id"]
+        if paper_id in seen:  # the ingest's rule (the first row in a file wins), here: its references
+            # and mentions share the kept row's (citing_id, source_file) and could not be told apart later
+            yield reject(path, paper_id, DUPLICATE_REASON, source)
+            continue
+        seen.add(paper_id)
         yield from recs
         if replaced:
             yield warning(path, recs[0][1]["paper_id"], f"line {lineno}: {replaced} replaced by U+FFFD", source)

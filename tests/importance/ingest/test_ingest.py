@@ -48,7 +48,11 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     ux = tmp_path / "ux"
     ux.mkdir()
     (ux / "a.jsonl").write_bytes((d / "unarxive-4.jsonl").read_bytes())
-    (ux / "b.jsonl").write_bytes(json.dumps(doc).encode() + b"\n" + lines[0][:1000] + b"\n")
+    # the same paper id again in the same file, cited in another place: a duplicate whose references
+    # and mentions share the kept row's (citing_id, source_file), so they must go with it
+    again = dict(doc, body_text=[dict(doc["body_text"][0], cite_spans=[{"ref_id": "k1"}, {"ref_id": "k2"}])])
+    (ux / "b.jsonl").write_bytes(json.dumps(doc).encode() + b"\n" + lines[0][:1000] + b"\n"
+                                 + json.dumps(again).encode() + b"\n")
     mt = tmp_path / "mt"
     mt.mkdir()
     (mt / "a.txt").write_bytes((d / "mesh-papers-10.medline.txt").read_bytes() + b"\nTI  - orphan\n")
@@ -66,8 +70,8 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     s = run_ingest(cfg, layout, spark=spark)
     per = s["per_source"]
     assert s["check_input_equals_papers_plus_rejects"]
-    assert per["unarxive"]["input_records"] == 6 and per["unarxive"]["papers_corpus"] == 5
-    assert per["unarxive"]["record_rejects"] == 1
+    assert per["unarxive"]["input_records"] == 7 and per["unarxive"]["papers_corpus"] == 5
+    assert per["unarxive"]["record_rejects"] == 2
     assert per["medline"]["input_records"] == per["medline"]["papers_corpus"] == 5
     assert per["medline_text"]["input_records"] == 11 and per["medline_text"]["record_rejects"] == 1
     assert per["medline_text"]["papers_corpus"] == 10 and per["pmc"]["papers_corpus"] == 1
@@ -77,7 +81,10 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     ments = pq.read_table(layout.table("mentions")).to_pandas()
     refs = pq.read_table(layout.table("references")).to_pandas()
     ux_ments = ments[ments.citing_id.str.startswith("arxiv:")]
-    assert len(ux_ments) == n_spans + 3  # every cite_span of the real lines resolves to its bib entry
+    assert len(ux_ments) == n_spans + 3  # every cite_span of the real lines resolves; none of the duplicate's
+    rejects = pq.read_table(layout.table("rejects")).to_pandas()
+    dup = rejects[rejects.record_id == "arxiv:2212.99999"]
+    assert dup.reason.tolist() == [DUPLICATE_REASON] and dup.source_file.str.endswith("b.jsonl").all()
     hit = refs[(refs.citing_id == "arxiv:2212.99999")].sort_values("ref_key")
     assert hit.cited_id.tolist() == ["arxiv:2212.11827", raw_fallback_id(footnote)]
     papers = pq.read_table(layout.table("papers")).to_pandas()

@@ -58,3 +58,20 @@ def test_norm_title_matches_its_definition_on_every_character_and_mixed_strings(
         s = "".join(rng.choice(pool) for _ in range(rng.randint(0, 30)))
         assert norm_title(s) == _norm_title_by_definition(s), repr(s)
     assert norm_title("The  Rôle of  __Café__ &amp; Ca²⁺ (II)") == "the role of cafe ca2 ii"
+
+
+def test_a_reference_key_repeated_for_one_paper_keeps_the_first_entry(monkeypatch, of_kind):
+    # The ingest relies on one entry per (citing_id, ref_key) and no longer deduplicates references in
+    # Spark; parse_file_accounted holds that for any reader, the first entry in reading order winning.
+    from importance.ingest.readers import FORMATS, Format, parse_file_accounted
+
+    def reader(path, data, source):
+        for pid in ("p1", "p2"):
+            yield "paper", {"paper_id": pid, "source": source}
+            for key, title in (("b1", "first"), ("b2", "other"), ("b1", "second")):
+                yield "ref", {"citing_id": pid, "ref_key": key, "title": title}
+
+    monkeypatch.setitem(FORMATS, "repeats_keys", Format(reader, "*"))
+    refs = of_kind(list(parse_file_accounted("repeats_keys", "x", "f", b"x")), "ref")
+    assert [(r["citing_id"], r["ref_key"], r["title"]) for r in refs] == [
+        ("p1", "b1", "first"), ("p1", "b2", "other"), ("p2", "b1", "first"), ("p2", "b2", "other")]

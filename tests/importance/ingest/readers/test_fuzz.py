@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from importance.ingest.readers import parse_file_accounted
+from importance.ingest.readers.common import DUPLICATE_REASON
 from sciencemap.contracts import FILE_STATUSES
 
 SEED = 17
@@ -219,10 +220,12 @@ def test_duplicate_ids_each_file_gives_its_records(key, good, tmp_path):
     second = _read(key, good[key], tmp_path / "b")
     ids = lambda recs: [d["paper_id"] for k, d in recs if k == "paper"]  # noqa: E731
     assert ids(first) == ids(second) and (ids(first) or key == "scisummnet_citances")
-    if key == "s2orc":  # the same paper twice in one file: two records, both kept for ingest's dedup
+    if key == "s2orc":  # the same paper twice in one file: the second line is a duplicate reject
         line = good[key].splitlines()[0]
         recs = _read(key, line + b"\n" + line + b"\n", tmp_path)
-        assert len(set(ids(recs))) == 1 and len(ids(recs)) == 2
+        f = _accounted(recs)
+        assert len(ids(recs)) == 1 and _reasons(recs) == [DUPLICATE_REASON]
+        assert (f["papers"], f["record_rejects"]) == (1, 1)
 
 
 def test_files_in_unexpected_folders(good, tmp_path):

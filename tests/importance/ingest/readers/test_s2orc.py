@@ -4,6 +4,7 @@ import json
 from collections import Counter
 
 from importance.ingest.readers import parse_file
+from importance.ingest.readers.common import DUPLICATE_REASON
 from importance.ingest.readers.s2orc import norm_arxiv
 from importance.ingest.headings import class_from_heading
 
@@ -135,3 +136,17 @@ def test_s2orc_structured_fields_win_and_years_must_be_plausible(of_kind):
     # raw only: parsed; (2027) is beyond the citing year + 1, 2041 is a page, the DOI prefix is no year
     assert (b1["title"], b1["year"], b1["doi"]) == ("Another work", None, "10.3847/2041-8213/x1")
     assert [p["year"] for p in of_kind(recs, "paper")] == [2020, None]  # a paper year of 2095 is dropped
+
+
+def test_a_paper_id_repeated_in_a_file_is_one_duplicate_reject_without_its_records(of_kind, test_data):
+    # The ingest joins a kept paper's references and mentions on (citing_id, source_file): a second
+    # row of the id in the same file must give none, or its mentions would count twice.
+    lines = (test_data / "unarxive-4.jsonl").read_bytes().splitlines()
+    again = json.loads(lines[0])
+    again["body_text"] = [dict(again["body_text"][0], text="cited again [1]")]
+    data = b"\n".join([lines[0], lines[1], json.dumps(again).encode(), lines[0]]) + b"\n"
+    recs = list(parse_file("s2orc", "unarxive", "d.jsonl", data))
+    first = list(parse_file("s2orc", "unarxive", "d.jsonl", b"\n".join(lines[:2]) + b"\n"))
+    assert [(r["record_id"], r["reason"]) for r in of_kind(recs, "reject")] == [("arxiv:2212.11827", DUPLICATE_REASON)] * 2
+    for kind in ("paper", "ref", "mention"):
+        assert of_kind(recs, kind) == of_kind(first, kind), kind
