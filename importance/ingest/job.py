@@ -15,7 +15,8 @@ Every input record ends in `papers` or `rejects`:
   others are rejected as duplicates); citances are counted under their own source;
 - item level: references without any id, title or raw string, in-text citations to unknown references.
 Duplicate paper ids: a full-text row first, then the row from the smallest (source_file, ord) is
-kept, the others rejected.
+kept, the others rejected; within one file the reader has already rejected a repeated id (s2orc),
+so a kept row's (paper_id, source_file) picks its references and mentions alone.
 
 Roles (an input's `role`: "train", "map" or "train+map", the default): a "train" input is read in
 full (sections, mentions: its papers are citing papers of importance pairs and triplet anchors); a
