@@ -5,6 +5,7 @@
     nice -n 10 .venv/bin/python bench/leiden_scale.py --demo runs/base                    # the demo's graph
     nice -n 5 .venv/bin/python bench/leiden_scale.py --warm                               # [cluster] warm_start
     nice -n 5 .venv/bin/python bench/leiden_scale.py --engines                            # [cluster] engine
+    nice -n 5 .venv/bin/python bench/leiden_scale.py --merge                              # the small-cluster merge
 
 Scale mode:
 1. Generates a kNN-like directed graph with community structure (seeded, NumPy only): --nodes rows,
@@ -55,6 +56,13 @@ CPU, and each resolution's CPM quality of both engines' partitions, Leiden's own
 small clusters are merged) and the stage's (after); verdicts: networkit's sweep speed-up against
 igraph (target >= --target-engine), its speed-up from its threads (>= --target-threads) and the
 worst resolution's Leiden quality short of igraph's (<= --target-gap %).
+
+Merge mode (--merge): the small-cluster merge alone, where it is largest: on the generated graph,
+Leiden at a fine resolution (--resolution, default 3e-2 in this mode: most clusters below
+--min-size), then the merge in a forked process, whose peak memory above what it started with is
+the merge's own. Printed: the clusters before and after, the merge's CPU against Leiden's (target
+<= --target-merge) and its peak memory against the bytes of the graph arrays and membership it
+reads (target <= --target-merge-memory).
 
 The exit code is 1 when any target is missed or not checked (--no-fail: 0).
 """
@@ -448,6 +456,55 @@ def engines(args, verdicts: Verdicts) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+_MERGE_INPUT: tuple | None = None    # (membership, lo, hi, w, min_size) the forked merge reads
+
+
+def _merge_in_child() -> dict:
+    membership, lo, hi, w, min_size = _MERGE_INPUT
+    from mapping.cluster import merge_small_clusters
+
+    rss0, c = current_rss_mb(), time.process_time()
+    out, stranded = merge_small_clusters(membership, lo, hi, w, min_size)
+    return {"cpu_s": time.process_time() - c, "peak_mb": peak_mb() - rss0, "clusters": int(len(np.unique(out))),
+            "stranded": int(stranded)}
+
+
+def merge(args, verdicts: Verdicts) -> None:
+    """--merge: the small-cluster merge alone, at a fine resolution (module docstring)."""
+    global _MERGE_INPUT
+    import multiprocessing
+
+    from mapping.cluster import build_graph, leiden
+
+    t = time.perf_counter()
+    src, dst, sim, ncomm = generate(args.nodes, args.edges, args.community, args.p_in, args.outliers, args.seed)
+    graph = build_graph(src, dst, sim, args.nodes)
+    del src, dst, sim
+    print(f"generated {args.nodes:,} nodes, {args.edges:,} directed edges, {ncomm:,} planted communities; "
+          f"{graph.m:,} undirected edges in {time.perf_counter() - t:.1f} s", flush=True)
+    c = time.process_time()
+    mem, run = leiden(graph.igraph(), graph.w, args.resolution, args.seed, args.iterations)
+    leiden_cpu = time.process_time() - c
+    sizes = np.bincount(mem)
+    small = int(((sizes > 0) & (sizes < args.min_size)).sum())
+    print(f"Leiden (igraph, gamma {args.resolution:g}, {run['iterations']} iterations): {leiden_cpu:.1f} CPU s, "
+          f"{len(sizes):,} clusters, {small:,} below {args.min_size}", flush=True)
+    arrays_mb = (graph.lo.nbytes + graph.hi.nbytes + graph.w.nbytes + mem.nbytes) / 2**20
+    _MERGE_INPUT = (mem, graph.lo, graph.hi, graph.w, args.min_size)
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:   # a fresh peak: the merge's own
+            r = pool.apply(_merge_in_child)
+    finally:
+        _MERGE_INPUT = None
+    print(f"merge: {r['clusters']:,} clusters after ({r['stranded']:,} small ones stranded); "
+          f"{r['cpu_s']:.2f} CPU s; peak {r['peak_mb']:,.0f} MB above its start, "
+          f"the arrays it reads {arrays_mb:,.0f} MB", flush=True)
+    verdicts.at_most("merge / Leiden, CPU s", ratio(r["cpu_s"], leiden_cpu), args.target_merge, "{:.4f}",
+                     reason="a CPU time of 0 s: the graph is too small to time")
+    verdicts.at_most("merge peak memory / the graph arrays and membership", ratio(r["peak_mb"], arrays_mb),
+                     args.target_merge_memory, "{:.2f}", reason="no arrays")
+
+
 def ratio(a: float, b: float) -> float:
     """a / b; NaN when b is 0 (a tiny graph's CPU time can round to nothing)."""
     return a / b if b > 0 else float("nan")
@@ -505,7 +562,7 @@ def main() -> int:
     ap.add_argument("--community", type=float, default=200.0, help="median planted community size")
     ap.add_argument("--p-in", type=float, default=0.8, help="share of a paper's links inside its community")
     ap.add_argument("--outliers", type=float, default=0.02, help="share of papers linking only at random")
-    ap.add_argument("--resolution", type=float, default=0.003)
+    ap.add_argument("--resolution", type=float, default=None, help="default 3e-3 (--merge: 3e-2)")
     ap.add_argument("--iterations", type=int, default=None,
                     help="the stage's max_iterations (default 3; in --demo: the stage's cap for that graph's size)")
     ap.add_argument("--stable-cap", type=int, default=30, help="cap of the until-stable run for the quality curve")
@@ -518,6 +575,9 @@ def main() -> int:
     ap.add_argument("--target-ratio", type=float, default=1.2,
                     help="stage (without the igraph construction) / bare Leiden CPU time, at most")
     ap.add_argument("--target-merge", type=float, default=0.10, help="merge / Leiden CPU time, at most")
+    ap.add_argument("--merge", action="store_true", help="instead: the small-cluster merge alone at a fine resolution")
+    ap.add_argument("--target-merge-memory", type=float, default=1.5,
+                    help="--merge: the merge's peak memory / the bytes of the arrays it reads, at most")
     ap.add_argument("--target-gap", type=float, default=0.5,
                     help="quality at the stage's iterations below until-stable, at most (percent)")
     ap.add_argument("--parallel", action="store_true",
@@ -544,11 +604,15 @@ def main() -> int:
     args.iterations_given = args.iterations is not None
     if args.iterations is None:
         args.iterations = 3
+    if args.resolution is None:
+        args.resolution = 0.03 if args.merge else 0.003
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     logging.getLogger("sciencemap.progress").setLevel(logging.INFO)
     verdicts = Verdicts()
     if args.demo:
         demo(args, verdicts)
+    elif args.merge:
+        merge(args, verdicts)
     elif args.parallel:
         parallel(args, verdicts)
     elif args.warm:

@@ -281,9 +281,12 @@ def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 
     The link weights between clusters are summed over the edges with NumPy (in edge order, so the
     sums are those of adding edge by edge); only edges touching a small cluster are needed, since
-    only a cluster that is still small ever chooses. The sequential rule then runs over the small
-    clusters' rows alone. Returns (new membership, number of small clusters left because they
-    have no neighbour)."""
+    only a cluster that is still small ever chooses. Those links stay in arrays, grouped by the
+    small cluster (16 bytes a link each way; Python dictionaries of them held ≈ 5 GB at 2M nodes,
+    where a fine resolution leaves 300k small clusters). A merge only records the cluster it
+    joined (union-find) and which original rows the merged cluster holds; a cluster's links to the
+    clusters as they are now are summed when it chooses. Returns (new membership, number of small
+    clusters left because they have no neighbour)."""
     membership = np.asarray(membership, np.int64)
     if min_size <= 1 or len(membership) == 0:
         return membership, 0
@@ -298,56 +301,68 @@ def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     key = np.minimum(cu, cv) * nc + np.maximum(cu, cv)
     del cu, cv, sel
     pairs, inv = np.unique(key, return_inverse=True)
+    del key
     link = np.bincount(inv.ravel(), weights=ws, minlength=len(pairs))   # sequential, in edge order
+    del inv, ws
     x, y = pairs // nc, pairs % nc
-    # Directed rows (small cluster -> neighbour, weight), grouped by the small cluster.
+    del pairs
+    # Directed rows (small cluster -> neighbour, weight), grouped by the small cluster: row c is
+    # dst[first[c]:first[c + 1]].
     fx, fy = small[x], small[y]
     src = np.concatenate([x[fx], y[fy]])
     dst = np.concatenate([y[fx], x[fy]])
     lw = np.concatenate([link[fx], link[fy]])
+    del x, y, link, fx, fy
     order = np.argsort(src, kind="stable")
-    src, dst, lw = src[order], dst[order], lw[order]
-    cut = np.flatnonzero(np.r_[True, src[1:] != src[:-1], True]) if len(src) else np.zeros(1, np.int64)
-    rows: dict[int, dict[int, float]] = {}
-    src_l, dst_l, lw_l = src.tolist(), dst.tolist(), lw.tolist()   # small clusters' links only
-    for s, e in zip(cut[:-1].tolist(), cut[1:].tolist()):
-        rows[src_l[s]] = dict(zip(dst_l[s:e], lw_l[s:e]))
-    del src_l, dst_l, lw_l
+    dst, lw = dst[order], lw[order]
+    first = np.searchsorted(src[order], np.arange(nc + 1))
+    del src, order
 
-    sizes = size.tolist()
-    parent = list(range(nc))
-    heap = [(sizes[c], c) for c in np.flatnonzero(small).tolist()]
+    sizes = size.astype(np.float64)      # the ratio's denominators, read as arrays
+    parent = np.arange(nc)
+    rows: dict[int, list[int]] = {c: [c] for c in np.flatnonzero(small).tolist()}   # the original rows a small cluster holds
+    heap = [(int(size[c]), c) for c in rows]
     heapq.heapify(heap)
     stranded = 0
     while heap:
         s, c = heapq.heappop(heap)
         if parent[c] != c or s != sizes[c]:
             continue  # already merged away, or a stale entry
-        nb = rows.get(c)
-        if not nb:
+        held = rows[c]
+        if len(held) == 1:
+            nb, wt = dst[first[c]:first[c + 1]], lw[first[c]:first[c + 1]]
+        else:
+            nb = np.concatenate([dst[first[r]:first[r + 1]] for r in held])
+            wt = np.concatenate([lw[first[r]:first[r + 1]] for r in held])
+        # The neighbours as they are now: follow the merges (and shorten the paths followed).
+        now = parent[nb]
+        while True:
+            up = parent[now]
+            if np.array_equal(up, now):
+                break
+            now = up
+        parent[nb] = now
+        other = now != c
+        if not other.any():
             stranded += 1
             continue
-        # Largest link weight per neighbour size; ties -> lowest cluster id (deterministic).
-        best = max(nb.items(), key=lambda kv: (kv[1] / sizes[kv[0]], -kv[0]))[0]
+        ids, at = np.unique(now[other], return_inverse=True)
+        total = np.bincount(at.ravel(), weights=wt[other], minlength=len(ids))
+        # Largest link weight per neighbour size; ties -> lowest cluster id (ids are sorted, argmax takes the first).
+        best = int(ids[np.argmax(total / sizes[ids])])
         parent[c] = best
         sizes[best] += sizes[c]
         sizes[c] = 0
-        best_row = rows.get(best)      # None when best was never small: its row is never read
-        for d, ww in rows.pop(c).items():
-            row_d = rows.get(d)
-            if row_d is not None:
-                del row_d[c]
-            if d != best:
-                if best_row is not None:
-                    best_row[d] = best_row.get(d, 0.0) + ww
-                if row_d is not None:
-                    row_d[best] = row_d.get(best, 0.0) + ww
-        if sizes[best] < min_size:
-            heapq.heappush(heap, (sizes[best], best))
-        elif best_row is not None:
-            del rows[best]             # no longer small: it will never choose again
+        if best in rows:               # a small cluster: it now holds c's rows too
+            rows[best] += rows.pop(c)
+            if sizes[best] < min_size:
+                heapq.heappush(heap, (int(sizes[best]), best))
+            else:
+                del rows[best]         # no longer small: it will never choose again
+        else:
+            del rows[c]
     # Resolve merge chains (a -> b -> c).
-    root = np.asarray(parent, np.int64)
+    root = parent
     while True:
         nxt = root[root]
         if np.array_equal(nxt, root):

@@ -90,6 +90,15 @@ def test_leiden_scale_engines_mode_prints_three_sweeps_and_misses_an_unreachable
         assert label in p.stdout
 
 
+def test_leiden_scale_merge_mode_measures_the_merge_in_a_child_and_misses_an_unreachable_memory_ratio(repo_root):
+    p = bench(repo_root, "leiden_scale.py", "--merge", "--nodes", 3000, "--edges", 30000, "--community", 50,
+              "--target-merge-memory", 0, "--target-merge", 1e6)
+    assert p.returncode == 1, p.stderr[-3000:]
+    verdict(p, "merge peak memory / the graph arrays and membership", "MISSED", "<= 0.00")
+    verdict(p, "merge / Leiden, CPU s", "met", "<= 1000000.0000")
+    assert re.search(r"^Leiden \(igraph, gamma 0\.03, \d iterations\): .* [\d,]+ below 5$", p.stdout, re.M), p.stdout
+
+
 def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp_path):
     out = tmp_path / "feed.json"
     p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000,
