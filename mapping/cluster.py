@@ -282,10 +282,10 @@ def _small_cluster_links(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     end, sorted by key; each sum adds its edges in edge order. Built in steps of edges and summed
     after a stable sort: the peak is ≈ 40 bytes an edge picked (64 with NumPy's unique and whole-length
     id arrays; tracemalloc, 2M nodes at γ = 3e-2)."""
-    ids = membership.astype(np.int32) if nc <= np.iinfo(np.int32).max else membership
+    cluster_of = membership.astype(np.int32) if nc <= np.iinfo(np.int32).max else membership
     keys, weights = [], []
     for i in range(0, len(lo), MERGE_CHUNK):
-        cu, cv = ids[lo[i:i + MERGE_CHUNK]], ids[hi[i:i + MERGE_CHUNK]]
+        cu, cv = cluster_of[lo[i:i + MERGE_CHUNK]], cluster_of[hi[i:i + MERGE_CHUNK]]
         sel = (cu != cv) & (small[cu] | small[cv])
         cu, cv = cu[sel].astype(np.int64), cv[sel].astype(np.int64)
         keys.append(np.minimum(cu, cv) * nc + np.maximum(cu, cv))
@@ -312,7 +312,7 @@ def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     The link weights between clusters are summed over the edges with NumPy (in edge order, so the
     sums are those of adding edge by edge); only edges touching a small cluster are needed, since
     only a cluster that is still small ever chooses. Those links stay in arrays, grouped by the
-    small cluster (12 bytes a link each way; Python dictionaries of them held ≈ 5 GB at 2M nodes,
+    small cluster (12 bytes a link each way; Python dictionaries of them held ≈ 5 GB at 1M nodes,
     where a fine resolution leaves 300k small clusters). A merge only records the cluster it
     joined (union-find) and which original rows the merged cluster holds; a cluster's links to the
     clusters as they are now are summed when it chooses. Returns (new membership, number of small
@@ -326,8 +326,8 @@ def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     if not small.any():
         return membership, 0
     pairs, link = _small_cluster_links(membership, lo, hi, w, small, nc)
-    ids = np.int32 if nc <= np.iinfo(np.int32).max else np.int64
-    x, y = (pairs // nc).astype(ids), (pairs % nc).astype(ids)
+    id_type = np.int32 if nc <= np.iinfo(np.int32).max else np.int64
+    x, y = (pairs // nc).astype(id_type), (pairs % nc).astype(id_type)
     del pairs
     # Directed rows (small cluster -> neighbour, weight), grouped by the small cluster: row c is
     # dst[first[c]:first[c + 1]].
@@ -369,10 +369,10 @@ def merge_small_clusters(membership: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         if not other.any():
             stranded += 1
             continue
-        ids, at = np.unique(now[other], return_inverse=True)
-        total = np.bincount(at.ravel(), weights=wt[other], minlength=len(ids))
-        # Largest link weight per neighbour size; ties -> lowest cluster id (ids are sorted, argmax takes the first).
-        best = int(ids[np.argmax(total / sizes[ids])])
+        neighbours, at = np.unique(now[other], return_inverse=True)
+        total = np.bincount(at.ravel(), weights=wt[other], minlength=len(neighbours))
+        # Largest link weight per neighbour size; ties -> lowest cluster id (sorted: argmax takes the first).
+        best = int(neighbours[np.argmax(total / sizes[neighbours])])
         parent[c] = best
         sizes[best] += sizes[c]
         sizes[c] = 0
