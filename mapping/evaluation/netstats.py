@@ -9,12 +9,14 @@ sources × `path_targets` seeded targets, so no n-long distance list is kept; wi
 every node it is the exact average over reachable ordered pairs; the breadth-first searches run in
 forked worker processes that share the igraph graph copy-on-write (`path_workers`; igraph holds
 the GIL, so threads would not help), each taking whole blocks of sources, and the integer distance
-sums add up to the sequential answer exactly. The clustering coefficient takes every node unless
+sums add up to the sequential answer exactly. Each worker builds its own adjacency list of the
+graph (igraph's distances()), so the free memory caps the workers (PATH_BYTES_PER_EDGE). The clustering coefficient takes every node unless
 a sample is set (`sample_sizes` says why). Edges are compared as int64 link keys (lo · n + hi)
 by sorted search, in chunks of edges. The random graph G(n, m) is drawn as arrays of keys.
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -22,10 +24,11 @@ from dataclasses import dataclass
 import igraph as ig
 import numpy as np
 
-from mapping.cluster import igraph_from_arrays
+from mapping.cluster import available_memory, igraph_from_arrays
 from sciencemap.progress import Progress
 
 CHUNK = 1 << 22               # edges (or drawn pairs) per NumPy step
+log = logging.getLogger(__name__)
 
 # Sample sizes by n (METHODS.md §5.5). Path lengths: each source costs one breadth-first search over
 # the whole graph and targets are nearly free, so the source count sets the cost; with 200 sources
@@ -46,6 +49,13 @@ PATH_TARGETS = 1_000
 # the standard error itself to mean something.
 PATH_MIN_SOURCES = 32
 PATH_REL_SE = 0.005
+# What one path worker allocates beyond the graph it shares: igraph's distances() builds the graph's
+# adjacency list in the calling process (each edge on both sides) and the search's arrays. Measured
+# (a forked worker's peak over its start, 16 sources × 1,000 targets): 1M nodes / 15M edges +314 MiB,
+# 1M / 30M +535 MiB, 4M / 15M +501 MiB; these constants over-predict all three. At 33M papers
+# (≈ 1B kNN edges) that is ≈ 20 GB a worker, so the memory, not the cores, sets the workers there.
+PATH_BYTES_PER_EDGE = 16
+PATH_BYTES_PER_NODE = 100
 
 
 def sample_sizes(n: int, clustering: int | None = None, sources: int | None = None,
@@ -172,6 +182,14 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def path_workers_that_fit(want: int, n: int, m: int, free: int | None) -> int:
+    """At most `want` path workers, as many as `free` bytes hold at PATH_BYTES_PER_EDGE and
+    PATH_BYTES_PER_NODE each (at least one: the search in this process needs the same)."""
+    if free is None or want <= 1:
+        return max(1, want)
+    return max(1, min(want, int(free // (m * PATH_BYTES_PER_EDGE + n * PATH_BYTES_PER_NODE + 1))))
+
+
 def _mean_se(per_sum: np.ndarray, per_count: np.ndarray) -> tuple[float, int, float]:
     total, count = int(per_sum.sum()), int(per_count.sum())
     if not count:
@@ -289,8 +307,13 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
+        workers = path_workers_that_fit(path_workers, n, m, available_memory())
+        if workers < path_workers:
+            log.info("evaluate: shortest paths%s in %d worker(s), not %d: each builds its own adjacency list "
+                     "(≈ %.1f GiB here) and the free memory holds %d", name and f" ({name})", workers, path_workers,
+                     (m * PATH_BYTES_PER_EDGE + n * PATH_BYTES_PER_NODE) / 2**30, workers)
         (out["average_shortest_path"], out["shortest_path_pairs"], out["shortest_path_se"],
-         used) = sampled_path_length(g, src, tgt, name=name, workers=path_workers, rel_se=path_rel_se)
+         used) = sampled_path_length(g, src, tgt, name=name, workers=workers, rel_se=path_rel_se)
         out["shortest_path_sources"] = int(used)
         out["shortest_path_targets"] = int(len(tgt))
     return out

@@ -213,3 +213,23 @@ def test_path_sources_stop_at_the_target_standard_error_the_same_with_any_worker
     assert k == 32 or before[2] > mid * before[0]   # the block before did not meet it
     # an unreachable target: every source
     assert sampled_path_length(g, src, tgt, per_call=8, rel_se=1e-9)[3] == 120
+
+
+def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
+    import logging
+
+    from mapping.evaluation import netstats
+    from mapping.evaluation.netstats import PATH_BYTES_PER_EDGE, PATH_BYTES_PER_NODE, path_workers_that_fit
+
+    each = 15_000_000 * PATH_BYTES_PER_EDGE + 1_000_000 * PATH_BYTES_PER_NODE
+    assert path_workers_that_fit(8, 1_000_000, 15_000_000, None) == 8          # no /proc/meminfo: the setting
+    assert path_workers_that_fit(8, 1_000_000, 15_000_000, 3 * each + 5) == 3
+    assert path_workers_that_fit(8, 1_000_000, 15_000_000, 100 * each) == 8
+    assert path_workers_that_fit(8, 1_000_000, 15_000_000, each // 2) == 1     # one search runs anyway
+    # through network_stats: short of memory, one worker, and the figures of any number of workers
+    g = _random_graph(2000, 5000, seed=3)
+    want = network_stats(g, path_sample=64, path_targets=300, path_workers=1)
+    monkeypatch.setattr(netstats, "available_memory", lambda: 1)
+    with caplog.at_level(logging.INFO, logger="mapping.evaluation.netstats"):
+        assert network_stats(g, path_sample=64, path_targets=300, path_workers=4) == want
+    assert "in 1 worker(s), not 4" in caplog.text
