@@ -10,9 +10,10 @@ every node it is the exact average over reachable ordered pairs; the breadth-fir
 forked worker processes that share the igraph graph copy-on-write (`path_workers`; igraph holds
 the GIL, so threads would not help), each taking whole blocks of sources, and the integer distance
 sums add up to the sequential answer exactly. Each worker builds its own adjacency list of the
-graph (igraph's distances()), so the free memory caps the workers (PATH_BYTES_PER_EDGE). The clustering coefficient takes every node unless
-a sample is set (`sample_sizes` says why). Edges are compared as int64 link keys (lo · n + hi)
-by sorted search, in chunks of edges. The random graph G(n, m) is drawn as arrays of keys.
+graph (igraph's distances()), so the free memory caps the workers (PATH_BYTES_PER_EDGE). The
+clustering coefficient takes every node unless a sample is set (`sample_sizes` says why). Edges
+are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of edges. The random
+graph G(n, m) is drawn as arrays of keys.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ PATH_REL_SE = 0.005
 # adjacency list in the calling process (each edge on both sides) and the search's arrays. Measured
 # (a forked worker's peak over its start, 16 sources × 1,000 targets): 1M nodes / 15M edges +314 MiB,
 # 1M / 30M +535 MiB, 4M / 15M +501 MiB; these constants over-predict all three. At 33M papers
-# (≈ 1B kNN edges) that is ≈ 20 GB a worker, so the memory, not the cores, sets the workers there.
+# (525M-1B kNN edges) that is ≈ 12-22 GB a worker: the memory, not the cores, sets the workers there.
 PATH_BYTES_PER_EDGE = 16
 PATH_BYTES_PER_NODE = 100
 
