@@ -7,11 +7,12 @@ come from NumPy; components, the clustering coefficient and the path lengths fro
 the arrays (no edge lists). The average shortest path is estimated from `path_sample` seeded
 sources × `path_targets` seeded targets, so no n-long distance list is kept; with samples covering
 every node it is the exact average over reachable ordered pairs; the breadth-first searches run in
-forked worker processes that share the igraph graph copy-on-write (`path_workers`; igraph holds
-the GIL, so threads would not help), each taking whole blocks of sources, and the integer distance
-sums add up to the sequential answer exactly. Each worker builds its own adjacency list of the
-graph (igraph's distances()), so the free memory caps the workers (PATH_BYTES_PER_EDGE). The
-clustering coefficient takes every node unless a sample is set (`sample_sizes` says why). Edges
+forked worker processes that share one SciPy CSR graph copy-on-write (`path_workers`), each
+taking whole blocks of sources, and the integer distance sums add up to the sequential answer
+exactly. A worker holds only its search's O(n) arrays: igraph's distances(), used before
+2026-11-29, built the whole adjacency list again in every worker (≈ 12–22 GB a worker at 33M
+papers). The clustering coefficient takes every node unless a sample is set (`sample_sizes` says
+why). Edges
 are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of edges. The random
 graph G(n, m) is drawn as arrays of keys.
 """
@@ -22,7 +23,6 @@ import multiprocessing
 import os
 from dataclasses import dataclass
 
-import igraph as ig
 import numpy as np
 
 from mapping.cluster import available_memory, igraph_from_arrays
@@ -50,13 +50,10 @@ PATH_TARGETS = 1_000
 # the standard error itself to mean something.
 PATH_MIN_SOURCES = 32
 PATH_REL_SE = 0.005
-# What one path worker allocates beyond the graph it shares: igraph's distances() builds the graph's
-# adjacency list in the calling process (each edge on both sides) and the search's arrays. Measured
-# (a forked worker's peak over its start, 16 sources × 1,000 targets): 1M nodes / 15M edges +314 MiB,
-# 1M / 30M +535 MiB, 4M / 15M +501 MiB; these constants over-predict all three. At 33M papers
-# (525M-1B kNN edges) that is ≈ 12-22 GB a worker: the memory, not the cores, sets the workers there.
-PATH_BYTES_PER_EDGE = 16
-PATH_BYTES_PER_NODE = 100
+# What one path worker allocates beyond the graph it shares: the search's node order and
+# predecessors (int32 each). Measured: a forked worker's peak +9 MB over its start for one search of
+# a 1M-node graph (igraph's distances() took +314 MiB there, building its own adjacency list).
+PATH_BYTES_PER_NODE = 16
 
 
 def sample_sizes(n: int, clustering: int | None = None, sources: int | None = None,
@@ -168,27 +165,65 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
     return Links.from_keys(have, n)
 
 
-_SEARCH: tuple[ig.Graph, list[int]] | None = None    # (graph, targets) the forked workers search
+def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
+    """The undirected graph as a SciPy CSR matrix holding each edge both ways (int32 indices, float64
+    data: SciPy's searches take it without a copy), ≈ 24 bytes an edge. SciPy's graph searches index
+    with int32: at most 2^31 − 1 entries, ≈ 1.07B undirected edges."""
+    from scipy.sparse import csr_matrix
+
+    lo, hi = np.asarray(lo), np.asarray(hi)
+    rows, cols = np.concatenate([hi, lo]).astype(np.int32), np.concatenate([lo, hi]).astype(np.int32)
+    cols = cols[np.argsort(rows, kind="stable")]
+    indptr = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    del rows
+    if len(cols) > np.iinfo(np.int32).max:
+        raise ValueError(f"{len(cols) // 2:,} edges: SciPy's graph searches take at most {np.iinfo(np.int32).max // 2:,}")
+    g = csr_matrix((np.ones(len(cols)), cols, indptr), shape=(n, n))
+    g.sort_indices()     # here, not in a worker (where it would copy the shared arrays); edges sorted by
+    return g             # (lo, hi), as Links and the cluster stage's Graph hold them, are sorted already
+
+
+def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(hops from `source` to each target, whether it is reachable): one breadth-first search, then
+    each target walks its predecessors back (a few dozen steps for all targets at once)."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    _, pred = breadth_first_order(graph, source, directed=True, return_predecessors=True)
+    hops = np.zeros(len(targets), np.int64)
+    at = np.array(targets, np.int64)
+    up = pred[at]
+    while (moving := up >= 0).any():        # no predecessor: the source, or a node never reached
+        hops[moving] += 1
+        at[moving] = up[moving]
+        up = pred[at]
+    return hops, at == source
+
+
+_SEARCH: tuple | None = None    # (CSR graph, targets) the forked workers search
 
 
 def _source_sums(sources: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Per source: the sum of the distances to the reachable targets ≠ itself, and their number."""
-    g, targets = _SEARCH
-    d = np.asarray(g.distances(source=sources, target=targets), float)
-    ok = np.isfinite(d) & (d > 0)
-    return np.where(ok, d, 0).sum(axis=1).astype(np.int64), ok.sum(axis=1)
+    graph, targets = _SEARCH
+    sums, counts = np.zeros(len(sources), np.int64), np.zeros(len(sources), np.int64)
+    for i, s in enumerate(sources):
+        hops, reached = distances_to(graph, s, targets)
+        ok = reached & (hops > 0)
+        sums[i], counts[i] = hops[ok].sum(), ok.sum()
+    return sums, counts
 
 
 def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def path_workers_that_fit(want: int, n: int, m: int, free: int | None) -> int:
-    """At most `want` path workers, as many as `free` bytes hold at PATH_BYTES_PER_EDGE and
-    PATH_BYTES_PER_NODE each (at least one: the search in this process needs the same)."""
+def path_workers_that_fit(want: int, n: int, free: int | None) -> int:
+    """At most `want` path workers, as many as `free` bytes hold at PATH_BYTES_PER_NODE a node each
+    (at least one: the search in this process needs the same)."""
     if free is None or want <= 1:
         return max(1, want)
-    return max(1, min(want, int(free // (m * PATH_BYTES_PER_EDGE + n * PATH_BYTES_PER_NODE + 1))))
+    return max(1, min(want, int(free // (n * PATH_BYTES_PER_NODE + 1))))
 
 
 def _mean_se(per_sum: np.ndarray, per_count: np.ndarray) -> tuple[float, int, float]:
@@ -219,7 +254,7 @@ def _in_order(pool, blocks: list, window: int):
             r.wait()
 
 
-def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, per_call: int = 16,
+def sampled_path_length(g, sources: np.ndarray, targets: np.ndarray, per_call: int = 16,
                         name: str = "", workers: int = 1, rel_se: float = 0.0,
                         min_sources: int = PATH_MIN_SOURCES) -> tuple[float, int, float, int]:
     """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target,
@@ -233,7 +268,7 @@ def sampled_path_length(g: ig.Graph, sources: np.ndarray, targets: np.ndarray, p
     blocks = [sources[s:s + per_call].tolist() for s in range(0, len(sources), per_call)]
     workers = max(1, min(workers, len(blocks)))
     sums, counts = [], []
-    _SEARCH = (g, targets.tolist())
+    _SEARCH = (g, np.asarray(targets))
     try:
         with Progress(f"evaluate: shortest paths{name and f' ({name})'}", len(sources), "sources") as p:
             if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
@@ -304,17 +339,18 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         out["clustering_sample"] = int(clustering_sample)
     else:
         out["average_clustering"] = float(g.transitivity_avglocal_undirected(mode="zero")) if n else 0.0
+    del g            # the path searches read the CSR graph: one graph held at a time
     if n > 1 and path_sample > 0:
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        workers = path_workers_that_fit(path_workers, n, m, available_memory())
+        workers = path_workers_that_fit(path_workers, n, available_memory())
         if workers < path_workers:
-            log.info("evaluate: shortest paths%s in %d worker(s), not %d: each builds its own adjacency list "
-                     "(≈ %.1f GiB here) and the free memory holds %d", name and f" ({name})", workers, path_workers,
-                     (m * PATH_BYTES_PER_EDGE + n * PATH_BYTES_PER_NODE) / 2**30, workers)
+            log.info("evaluate: shortest paths%s in %d worker(s), not %d: the free memory holds %d searches of "
+                     "%.1f GiB", name and f" ({name})", workers, path_workers, workers, n * PATH_BYTES_PER_NODE / 2**30)
         (out["average_shortest_path"], out["shortest_path_pairs"], out["shortest_path_se"],
-         used) = sampled_path_length(g, src, tgt, name=name, workers=workers, rel_se=path_rel_se)
+         used) = sampled_path_length(search_graph(n, lo, hi), src, tgt, name=name, workers=workers,
+                                     rel_se=path_rel_se)
         out["shortest_path_sources"] = int(used)
         out["shortest_path_targets"] = int(len(tgt))
     return out

@@ -7,9 +7,9 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.evaluation.netstats import (PATH_SOURCES, PATH_TARGETS, Links, edge_overlap, link_keys,
+from mapping.evaluation.netstats import (PATH_SOURCES, PATH_TARGETS, Links, distances_to, edge_overlap, link_keys,
                                          links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
-                                         sorted_unique)
+                                         search_graph, sorted_unique)
 
 
 def _graph(n, lo, hi):
@@ -179,13 +179,15 @@ def test_unset_samples_give_the_figures_of_the_previous_defaults():
 
 
 def test_parallel_breadth_first_searches_give_the_sequential_answer():
-    g = _random_graph(2000, 2600, seed=5).igraph()     # sparse: unreachable pairs too
+    graph = _random_graph(2000, 2600, seed=5)           # sparse: unreachable pairs too
+    g = search_graph(graph.n, graph.lo, graph.hi)
     rng = np.random.default_rng(0)
     src, tgt = np.sort(rng.choice(2000, 70, replace=False)), np.sort(rng.choice(2000, 300, replace=False))
     one = sampled_path_length(g, src, tgt, per_call=4, workers=1)
     for workers, per_call in ((2, 4), (3, 16), (8, 1)):
         assert sampled_path_length(g, src, tgt, per_call=per_call, workers=workers) == one
-    d = np.asarray(g.distances(source=src.tolist(), target=tgt.tolist()), float)
+    # igraph's distances, the reference
+    d = np.asarray(graph.igraph().distances(source=src.tolist(), target=tgt.tolist()), float)
     ok = np.isfinite(d) & (d > 0)
     assert one[:2] == (d[ok].mean(), int(ok.sum()))
     # the standard error: the ratio estimator over the sources, against its formula written out
@@ -195,7 +197,8 @@ def test_parallel_breadth_first_searches_give_the_sequential_answer():
 
 
 def test_path_sources_stop_at_the_target_standard_error_the_same_with_any_workers():
-    g = _random_graph(3000, 9000, seed=6).igraph()
+    graph = _random_graph(3000, 9000, seed=6)
+    g = search_graph(graph.n, graph.lo, graph.hi)
     rng = np.random.default_rng(1)
     src, tgt = rng.choice(3000, 120, replace=False), np.sort(rng.choice(3000, 400, replace=False))
     every = sampled_path_length(g, src, tgt, per_call=8, rel_se=0.0)
@@ -219,13 +222,13 @@ def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
     import logging
 
     from mapping.evaluation import netstats
-    from mapping.evaluation.netstats import PATH_BYTES_PER_EDGE, PATH_BYTES_PER_NODE, path_workers_that_fit
+    from mapping.evaluation.netstats import PATH_BYTES_PER_NODE, path_workers_that_fit
 
-    each = 15_000_000 * PATH_BYTES_PER_EDGE + 1_000_000 * PATH_BYTES_PER_NODE
-    assert path_workers_that_fit(8, 1_000_000, 15_000_000, None) == 8          # no /proc/meminfo: the setting
-    assert path_workers_that_fit(8, 1_000_000, 15_000_000, 3 * each + 5) == 3
-    assert path_workers_that_fit(8, 1_000_000, 15_000_000, 100 * each) == 8
-    assert path_workers_that_fit(8, 1_000_000, 15_000_000, each // 2) == 1     # one search runs anyway
+    each = 1_000_000 * PATH_BYTES_PER_NODE
+    assert path_workers_that_fit(8, 1_000_000, None) == 8          # no /proc/meminfo: the setting
+    assert path_workers_that_fit(8, 1_000_000, 3 * each + 5) == 3
+    assert path_workers_that_fit(8, 1_000_000, 100 * each) == 8
+    assert path_workers_that_fit(8, 1_000_000, each // 2) == 1     # one search runs anyway
     # through network_stats: short of memory, one worker, and the figures of any number of workers
     g = _random_graph(2000, 5000, seed=3)
     want = network_stats(g, path_sample=64, path_targets=300, path_workers=1)
@@ -233,3 +236,19 @@ def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="mapping.evaluation.netstats"):
         assert network_stats(g, path_sample=64, path_targets=300, path_workers=4) == want
     assert "in 1 worker(s), not 4" in caplog.text
+
+
+def test_breadth_first_distances_equal_igraphs_whatever_the_edge_order():
+    graph = _random_graph(1500, 1700, seed=8)          # sparse: several components, isolated rows
+    rng = np.random.default_rng(2)
+    shuffled = rng.permutation(len(graph.lo))          # edges in no order, and some given hi-first
+    flip = rng.random(len(shuffled)) < 0.5
+    a, b = graph.lo[shuffled], graph.hi[shuffled]
+    g = search_graph(graph.n, np.where(flip, b, a), np.where(flip, a, b))
+    assert g.has_sorted_indices and g.nnz == 2 * len(graph.lo)
+    ref = graph.igraph()
+    targets = np.sort(rng.choice(graph.n, 400, replace=False))
+    for s in rng.choice(graph.n, 25, replace=False).tolist():
+        hops, reached = distances_to(g, s, targets)
+        d = np.asarray(ref.distances(source=[s], target=targets.tolist())[0], float)
+        assert np.array_equal(reached, np.isfinite(d)) and np.array_equal(hops[reached], d[reached])
