@@ -10,8 +10,8 @@ every node it is the exact average over reachable ordered pairs; the breadth-fir
 forked worker processes that share one SciPy CSR graph copy-on-write (`path_workers`), each
 taking whole blocks of sources, and the integer distance sums add up to the sequential answer
 exactly. A worker holds only its search's O(n) arrays: igraph's distances(), used before
-2026-11-29, built the whole adjacency list again in every worker (≈ 12–22 GB a worker at 33M
-papers). The clustering coefficient takes every node unless a sample is set (`sample_sizes` says
+2026-11-29 and now only for a graph beyond SciPy's int32 indices (≈ 1.07B edges), builds the whole
+adjacency list again in every worker (≈ 12–22 GB a worker at 33M papers). The clustering coefficient takes every node unless a sample is set (`sample_sizes` says
 why). Edges
 are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of edges. The random
 graph G(n, m) is drawn as arrays of keys.
@@ -54,6 +54,11 @@ PATH_REL_SE = 0.005
 # predecessors (int32 each). Measured: a forked worker's peak +9 MB over its start for one search of
 # a 1M-node graph (igraph's distances() took +314 MiB there, building its own adjacency list).
 PATH_BYTES_PER_NODE = 16
+# SciPy's graph searches index with int32: a larger graph is searched with igraph's distances(),
+# whose workers each build the adjacency list (measured 1M / 15M edges +314 MiB, 1M / 30M +535 MiB,
+# 4M / 15M +501 MiB; these figures over-predict all three).
+SEARCH_MAX_ENTRIES = np.iinfo(np.int32).max       # edges stored both ways
+IGRAPH_PATH_BYTES_PER_EDGE, IGRAPH_PATH_BYTES_PER_NODE = 16, 100
 
 
 def sample_sizes(n: int, clustering: int | None = None, sources: int | None = None,
@@ -177,8 +182,8 @@ def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
     indptr = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
     del rows
-    if len(cols) > np.iinfo(np.int32).max:
-        raise ValueError(f"{len(cols) // 2:,} edges: SciPy's graph searches take at most {np.iinfo(np.int32).max // 2:,}")
+    if len(cols) > SEARCH_MAX_ENTRIES:
+        raise ValueError(f"{len(cols) // 2:,} edges: SciPy's graph searches take at most {SEARCH_MAX_ENTRIES // 2:,}")
     g = csr_matrix((np.ones(len(cols)), cols, indptr), shape=(n, n))
     g.sort_indices()     # here, not in a worker (where it would copy the shared arrays); edges sorted by
     return g             # (lo, hi), as Links and the cluster stage's Graph hold them, are sorted already
@@ -200,12 +205,16 @@ def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, n
     return hops, at == source
 
 
-_SEARCH: tuple | None = None    # (CSR graph, targets) the forked workers search
+_SEARCH: tuple | None = None    # (CSR or igraph graph, targets) the forked workers search
 
 
 def _source_sums(sources: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Per source: the sum of the distances to the reachable targets ≠ itself, and their number."""
     graph, targets = _SEARCH
+    if hasattr(graph, "distances"):     # an igraph graph (too large for SciPy's searches)
+        d = np.asarray(graph.distances(source=sources, target=targets.tolist()), float)
+        ok = np.isfinite(d) & (d > 0)
+        return np.where(ok, d, 0).sum(axis=1).astype(np.int64), ok.sum(axis=1)
     sums, counts = np.zeros(len(sources), np.int64), np.zeros(len(sources), np.int64)
     for i, s in enumerate(sources):
         hops, reached = distances_to(graph, s, targets)
@@ -218,12 +227,12 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def path_workers_that_fit(want: int, n: int, free: int | None) -> int:
-    """At most `want` path workers, as many as `free` bytes hold at PATH_BYTES_PER_NODE a node each
-    (at least one: the search in this process needs the same)."""
+def path_workers_that_fit(want: int, each: int, free: int | None) -> int:
+    """At most `want` path workers, as many as `free` bytes hold at `each` bytes a worker (at least
+    one: the search in this process needs the same)."""
     if free is None or want <= 1:
         return max(1, want)
-    return max(1, min(want, int(free // (n * PATH_BYTES_PER_NODE + 1))))
+    return max(1, min(want, int(free // (each + 1))))
 
 
 def _mean_se(per_sum: np.ndarray, per_count: np.ndarray) -> tuple[float, int, float]:
@@ -263,7 +272,8 @@ def sampled_path_length(g, sources: np.ndarray, targets: np.ndarray, per_call: i
     sources go to `workers` forked processes (1 = here); distances are integers, so the sums are
     exact and the answer is the sequential one whatever the split. `rel_se` > 0: blocks are taken
     in order and the searches stop after the first block at which at least `min_sources` sources
-    give a standard error of at most rel_se × the mean (the same stop whatever the workers)."""
+    give a standard error of at most rel_se × the mean (the same stop whatever the workers).
+    `g`: search_graph's CSR graph, or an igraph graph."""
     global _SEARCH
     blocks = [sources[s:s + per_call].tolist() for s in range(0, len(sources), per_call)]
     workers = max(1, min(workers, len(blocks)))
@@ -339,18 +349,23 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         out["clustering_sample"] = int(clustering_sample)
     else:
         out["average_clustering"] = float(g.transitivity_avglocal_undirected(mode="zero")) if n else 0.0
-    del g            # the path searches read the CSR graph: one graph held at a time
     if n > 1 and path_sample > 0:
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        workers = path_workers_that_fit(path_workers, n, available_memory())
+        if 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's is freed first
+            del g
+            g, each = search_graph(n, lo, hi), n * PATH_BYTES_PER_NODE
+        else:
+            each = m * IGRAPH_PATH_BYTES_PER_EDGE + n * IGRAPH_PATH_BYTES_PER_NODE
+            log.info("evaluate: shortest paths%s with igraph: %s edges are more than SciPy's searches take",
+                     name and f" ({name})", f"{m:,}")
+        workers = path_workers_that_fit(path_workers, each, available_memory())
         if workers < path_workers:
             log.info("evaluate: shortest paths%s in %d worker(s), not %d: the free memory holds %d searches of "
-                     "%.1f GiB", name and f" ({name})", workers, path_workers, workers, n * PATH_BYTES_PER_NODE / 2**30)
+                     "%.1f GiB", name and f" ({name})", workers, path_workers, workers, each / 2**30)
         (out["average_shortest_path"], out["shortest_path_pairs"], out["shortest_path_se"],
-         used) = sampled_path_length(search_graph(n, lo, hi), src, tgt, name=name, workers=workers,
-                                     rel_se=path_rel_se)
+         used) = sampled_path_length(g, src, tgt, name=name, workers=workers, rel_se=path_rel_se)
         out["shortest_path_sources"] = int(used)
         out["shortest_path_targets"] = int(len(tgt))
     return out

@@ -222,13 +222,13 @@ def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
     import logging
 
     from mapping.evaluation import netstats
-    from mapping.evaluation.netstats import PATH_BYTES_PER_NODE, path_workers_that_fit
+    from mapping.evaluation.netstats import path_workers_that_fit
 
-    each = 1_000_000 * PATH_BYTES_PER_NODE
-    assert path_workers_that_fit(8, 1_000_000, None) == 8          # no /proc/meminfo: the setting
-    assert path_workers_that_fit(8, 1_000_000, 3 * each + 5) == 3
-    assert path_workers_that_fit(8, 1_000_000, 100 * each) == 8
-    assert path_workers_that_fit(8, 1_000_000, each // 2) == 1     # one search runs anyway
+    each = 16_000_000
+    assert path_workers_that_fit(8, each, None) == 8          # no /proc/meminfo: the setting
+    assert path_workers_that_fit(8, each, 3 * each + 5) == 3
+    assert path_workers_that_fit(8, each, 100 * each) == 8
+    assert path_workers_that_fit(8, each, each // 2) == 1     # one search runs anyway
     # through network_stats: short of memory, one worker, and the figures of any number of workers
     g = _random_graph(2000, 5000, seed=3)
     want = network_stats(g, path_sample=64, path_targets=300, path_workers=1)
@@ -252,3 +252,19 @@ def test_breadth_first_distances_equal_igraphs_whatever_the_edge_order():
         hops, reached = distances_to(g, s, targets)
         d = np.asarray(ref.distances(source=[s], target=targets.tolist())[0], float)
         assert np.array_equal(reached, np.isfinite(d)) and np.array_equal(hops[reached], d[reached])
+
+
+def test_a_graph_beyond_scipys_searches_is_searched_with_igraph_and_gives_the_same_figures(monkeypatch, caplog):
+    import logging
+
+    from mapping.evaluation import netstats
+
+    g = _random_graph(2500, 4000, seed=9)
+    m = len(g.lo)
+    want = network_stats(g, path_sample=48, path_targets=500, path_workers=2)
+    monkeypatch.setattr(netstats, "SEARCH_MAX_ENTRIES", 2 * m - 1)
+    with caplog.at_level(logging.INFO, logger="mapping.evaluation.netstats"):
+        assert network_stats(g, path_sample=48, path_targets=500, path_workers=2) == want
+    assert f"with igraph: {m:,} edges are more than SciPy's searches take" in caplog.text
+    with pytest.raises(ValueError, match="SciPy's graph searches take at most"):
+        search_graph(g.n, g.lo, g.hi)
