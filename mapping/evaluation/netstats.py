@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse.csgraph import breadth_first_order
 
 from mapping.cluster import available_memory, igraph_from_arrays
 from sciencemap.progress import Progress
@@ -177,13 +178,13 @@ def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
     from scipy.sparse import csr_matrix
 
     lo, hi = np.asarray(lo), np.asarray(hi)
+    if 2 * len(lo) > SEARCH_MAX_ENTRIES:   # before any copy, and before int32 offsets could overflow
+        raise ValueError(f"{len(lo):,} edges: SciPy's graph searches take at most {SEARCH_MAX_ENTRIES // 2:,}")
     rows, cols = np.concatenate([hi, lo]).astype(np.int32), np.concatenate([lo, hi]).astype(np.int32)
     cols = cols[np.argsort(rows, kind="stable")]
     indptr = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
     del rows
-    if len(cols) > SEARCH_MAX_ENTRIES:
-        raise ValueError(f"{len(cols) // 2:,} edges: SciPy's graph searches take at most {SEARCH_MAX_ENTRIES // 2:,}")
     g = csr_matrix((np.ones(len(cols)), cols, indptr), shape=(n, n))
     g.sort_indices()     # here, not in a worker (where it would copy the shared arrays); edges sorted by
     return g             # (lo, hi), as Links and the cluster stage's Graph hold them, are sorted already
@@ -192,8 +193,6 @@ def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
 def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hops from `source` to each target, whether it is reachable): one breadth-first search, then
     each target walks its predecessors back (a few dozen steps for all targets at once)."""
-    from scipy.sparse.csgraph import breadth_first_order
-
     _, pred = breadth_first_order(graph, source, directed=True, return_predecessors=True)
     hops = np.zeros(len(targets), np.int64)
     at = np.array(targets, np.int64)
