@@ -77,6 +77,10 @@ def test_counts_add_up(run):
     rejects = pq.read_table(layout.table("rejects")).to_pandas()
     dup = rejects[rejects.reason == "duplicate paper id"]
     assert set(dup.source_file.str.rsplit("/", n=1).str[-1]) == {"zz_duplicate.xml.gz", "b.csv"}
+    # the duplicate file's copy of the article brings no second reference list
+    refs = pq.read_table(layout.table("references"), columns=["citing_id", "ref_key"]).to_pandas()
+    twice = dup[dup.source_file.str.endswith("zz_duplicate.xml.gz")].record_id.iloc[0]
+    assert not refs.duplicated().any() and (refs.citing_id == twice).sum() > 10
 
 
 def test_ingest_writes_author_keys_equal_to_the_expression(run):
