@@ -65,8 +65,8 @@ class EvaluateConfig:
     path_targets: int | None = setting(None, "target nodes sampled for the average shortest path (0 = every node; "
                                              "unset: 1,000, every node below; each source costs one breadth-first "
                                              "search over the graph either way)")
-    clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (unset or "
-                                                  "0 = every node: igraph's all-node pass is faster than a sample; "
+    clustering_sample: int | None = setting(None, "nodes sampled for the average clustering coefficient (unset: "
+                                                  "every node up to 100,000, that many beyond; 0 = every node; "
                                                   "METHODS.md §5.5)")
     path_rel_se: float = setting(0.005, "stop the shortest-path sources once the mean's standard error is at most "
                                         "this share of it (after 32 sources; 0 = every sampled source; "

@@ -3,18 +3,19 @@ METHODS.md §5.5.
 
 Built for 33M nodes: a graph is arrays (`Links`: n nodes = rows 0..n-1, isolated ones included;
 edges lo < hi once each, sorted by (lo, hi); `mapping.cluster.Graph` has the same fields). Degrees
-come from NumPy; components, the clustering coefficient and the path lengths from igraph built from
-the arrays (no edge lists). The average shortest path is estimated from `path_sample` seeded
-sources × `path_targets` seeded targets, so no n-long distance list is kept; with samples covering
-every node it is the exact average over reachable ordered pairs; the breadth-first searches run in
-forked worker processes that share one SciPy CSR graph copy-on-write (`path_workers`), each
-taking whole blocks of sources, and the integer distance sums add up to the sequential answer
-exactly. A worker holds only its search's O(n) arrays: igraph's distances(), used before
-2026-11-29 and now only for a graph beyond SciPy's int32 indices (≈ 1.07B edges), builds the whole
-adjacency list again in every worker (≈ 12–22 GB a worker at 33M papers). The clustering coefficient takes every node unless a sample is set (`sample_sizes` says
-why). Edges
-are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of edges. The random
-graph G(n, m) is drawn as arrays of keys.
+come from NumPy. Up to CLUSTERING_NODES nodes, components and the clustering coefficient over
+every node come from igraph built from the arrays (no edge lists); beyond, from one SciPy CSR graph
+of both directions (components: SciPy's; the coefficient of a seeded sample of nodes:
+local_clustering), so igraph's graph (≈ 138 B an edge) is never built there. The average shortest
+path is estimated from `path_sample` seeded sources × `path_targets` seeded targets, so no n-long
+distance list is kept; with samples covering every node it is the exact average over reachable
+ordered pairs; the breadth-first searches run in forked worker processes that share that CSR graph
+copy-on-write (`path_workers`), each taking whole blocks of sources, and the integer distance sums
+add up to the sequential answer exactly. A worker holds only its search's O(n) arrays: igraph's
+distances(), used before 2026-11-29 and now only for a graph beyond SciPy's int32 indices
+(≈ 1.07B edges), builds the whole adjacency list again in every worker (≈ 12–22 GB a worker at 33M
+papers). Edges are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of
+edges. The random graph G(n, m) is drawn as arrays of keys.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse.csgraph import breadth_first_order
+from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from mapping.cluster import available_memory, igraph_from_arrays
 from sciencemap.progress import Progress
@@ -36,13 +37,15 @@ log = logging.getLogger(__name__)
 # the whole graph and targets are nearly free, so the source count sets the cost; with 200 sources
 # the standard error is about the spread of the per-source mean distances / sqrt(200) (0.07 hops at
 # a spread of one hop), measured rather than assumed: `shortest_path_se` beside the mean. Below 200
-# sources / 1,000 targets every node is one. The clustering coefficient takes every node at any n:
-# igraph's all-node pass (degree-ordered) is the fast one, while a vertex subset builds an adjacency
-# list of the whole graph first (1M nodes, 18.5M heavy-tailed citation links: every node 6.5 s, a
-# 250,000-node sample 21.9 s, the same +345 MB). A sample set by hand has a standard error of at
-# most 0.5 / sqrt(s) (a coefficient lies in [0, 1], so its standard deviation is at most 0.5).
+# sources / 1,000 targets every node is one. The clustering coefficient: every node up to
+# CLUSTERING_NODES (igraph's all-node pass), a seeded sample of that many beyond, taken from the CSR
+# graph the searches read (local_clustering), so no igraph graph is built (≈ 138 B an edge, the
+# stage's peak at 33M, against ≈ 24 B). Its standard error is at most 0.5 / sqrt(s) (a coefficient
+# lies in [0, 1]): 0.0016 at 100,000 nodes. On the 500k scale run's kNN graph (909,752 nodes, 15.3M
+# edges) the sample cost 12.9 CPU s and +591 MB, igraph's pass over every node ≈ 16 s and its graph.
 PATH_SOURCES = 200
 PATH_TARGETS = 1_000
+CLUSTERING_NODES = 100_000
 # Sources are searched in their seeded draw order, so every prefix is itself a random sample; the
 # searches stop once the standard error is at most `rel_se` of the mean (and at least
 # PATH_MIN_SOURCES were searched). A random graph's distances barely vary from source to source
@@ -66,9 +69,9 @@ def sample_sizes(n: int, clustering: int | None = None, sources: int | None = No
                  targets: int | None = None) -> tuple[int, int, int]:
     """(clustering nodes, path sources, path targets) for a graph of n nodes: an explicit setting
     wins (clustering 0 = every node, sources 0 = no path lengths, targets 0 = every node); unset
-    ones follow n: every node for the clustering coefficient; every node up to PATH_SOURCES /
-    PATH_TARGETS for the paths, that many beyond (see the comment above for why)."""
-    clustering = n if clustering is None else clustering
+    ones follow n: every node up to CLUSTERING_NODES / PATH_SOURCES / PATH_TARGETS, that many
+    beyond (see the comment above for why)."""
+    clustering = min(n, CLUSTERING_NODES) if clustering is None else clustering
     sources = min(n, PATH_SOURCES) if sources is None else sources
     targets = min(n, PATH_TARGETS) if targets is None else targets
     return clustering, sources, targets
@@ -204,6 +207,50 @@ def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, n
     return hops, at == source
 
 
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(s, s + l) for each (s, l), as one int64 array."""
+    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+    keep = lengths > 0
+    starts, lengths = starts[keep], lengths[keep]
+    if not len(lengths):
+        return np.zeros(0, np.int64)
+    step = np.ones(int(lengths.sum()), np.int64)
+    step[0] = starts[0]
+    # at a range's first position: the jump from the previous range's last value to its start
+    step[np.cumsum(lengths)[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(step)
+
+
+def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """The local clustering coefficient of each of `nodes` in search_graph's CSR graph: the
+    triangles through a node over d (d − 1) / 2, 0 below degree 2 (igraph's mode "zero"). Each
+    neighbour's own list is looked up in the node's (sorted) list by binary search, a block of nodes
+    at a time holding about `chunk` neighbour-of-neighbour entries: the work of a node is the sum of
+    its neighbours' degrees, and nothing of the size of the graph is allocated."""
+    indptr, indices = graph.indptr, graph.indices
+    n = graph.shape[0]
+    nodes = np.asarray(nodes, np.int64)
+    out = np.zeros(len(nodes))
+    todo = [(0, len(nodes))]
+    while todo:
+        a, b = todo.pop()
+        block = nodes[a:b]
+        dv = (indptr[block + 1] - indptr[block]).astype(np.int64)
+        nb = indices[_ranges(indptr[block], dv)]              # the block's neighbour lists, row after row
+        du = (indptr[nb + 1] - indptr[nb]).astype(np.int64)
+        if int(du.sum()) > chunk and b - a > 1:               # too much at once: halve the block
+            todo += [(a, (a + b) // 2), ((a + b) // 2, b)]
+            continue
+        owner = np.repeat(np.arange(len(block), dtype=np.int64), dv)
+        own = owner * n + nb                                   # sorted: owners ascend, each list is sorted
+        ask = np.repeat(owner, du) * n + indices[_ranges(indptr[nb], du)]
+        at = np.minimum(np.searchsorted(own, ask), len(own) - 1)
+        twice = np.bincount(np.repeat(owner, du)[own[at] == ask], minlength=len(block))  # each triangle twice
+        pairs = dv * (dv - 1) / 2
+        out[a:b] = np.divide(twice / 2, pairs, out=np.zeros(len(block)), where=dv >= 2)
+    return out
+
+
 _SEARCH: tuple | None = None    # (CSR or igraph graph, targets) the forked workers search
 
 
@@ -328,10 +375,17 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
     clustering_sample, path_sample, path_targets = sample_sizes(n, clustering_sample, path_sample, path_targets)
     lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
-    g = igraph_from_arrays(n, lo, hi) if n else None     # unweighted
-    # igraph's components: n list entries (mostly the shared small int of the giant component),
-    # where SciPy's would copy the edges twice with float64 weights.
-    sizes = np.asarray(g.connected_components().sizes()) if n else np.zeros(0, np.int64)
+    sampled = bool(n) and 0 < clustering_sample < n
+    if sampled and 2 * m <= SEARCH_MAX_ENTRIES:
+        # a sample of nodes needs no igraph graph (≈ 138 B an edge): the components and the sampled
+        # nodes' coefficients come from the CSR graph the searches read (≈ 24 B an edge)
+        g = search_graph(n, lo, hi)
+        sizes = np.bincount(connected_components(g, directed=True, connection="strong")[1], minlength=1)
+    else:
+        g = igraph_from_arrays(n, lo, hi) if n else None     # unweighted
+        # igraph's components: n list entries (mostly the shared small int of the giant component),
+        # where SciPy's would copy the edges twice with float64 weights.
+        sizes = np.asarray(g.connected_components().sizes()) if n else np.zeros(0, np.int64)
     out = {
         "nodes": n, "edges": m, "average_degree": 2 * m / n if n else 0.0,
         "density": 2 * m / (n * (n - 1)) if n > 1 else 0.0,
@@ -341,9 +395,10 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         "isolated_nodes": int((deg == 0).sum()),
     }
     del deg
-    if n and 0 < clustering_sample < n:
+    if sampled:
         nodes = np.sort(np.random.default_rng([seed, 1]).choice(n, clustering_sample, replace=False))
-        cc = g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero")
+        cc = (local_clustering(g, nodes) if hasattr(g, "indptr")
+              else g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero"))
         out["average_clustering"] = float(np.mean(cc))
         out["clustering_sample"] = int(clustering_sample)
     else:
@@ -352,7 +407,9 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        if 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's is freed first
+        if hasattr(g, "indptr"):          # the CSR graph of the sampled coefficient
+            each = n * PATH_BYTES_PER_NODE
+        elif 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's is freed first
             del g
             g, each = search_graph(n, lo, hi), n * PATH_BYTES_PER_NODE
         else:

@@ -7,7 +7,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.evaluation.netstats import (PATH_SOURCES, PATH_TARGETS, Links, distances_to, edge_overlap, link_keys,
+from mapping.evaluation.netstats import (CLUSTERING_NODES, PATH_SOURCES, PATH_TARGETS, Links, distances_to, edge_overlap, link_keys,
                                          links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
                                          search_graph, sorted_unique)
 
@@ -160,11 +160,12 @@ def test_sorted_unique_equals_numpy_unique():
 
 
 def test_sample_sizes_follow_n_unless_set():
-    # the clustering coefficient over every node at any n (igraph's fast path); paths capped at n
+    # every node below the caps
     assert sample_sizes(14_000) == (14_000, PATH_SOURCES, PATH_TARGETS)
     assert sample_sizes(150) == (150, 150, 150)
-    # large graphs: fixed path samples whose cost and standard error do not grow with n
-    assert sample_sizes(33_000_000) == (33_000_000, PATH_SOURCES, PATH_TARGETS)
+    # large graphs: fixed samples whose cost and standard error do not grow with n
+    assert sample_sizes(33_000_000) == (CLUSTERING_NODES, PATH_SOURCES, PATH_TARGETS)
+    assert sample_sizes(CLUSTERING_NODES + 1)[0] == CLUSTERING_NODES
     # explicit settings win, 0 included (every node / no path lengths / every target)
     assert sample_sizes(33_000_000, clustering=0, sources=0, targets=0) == (0, 0, 0)
     assert sample_sizes(14_000, clustering=100, sources=7, targets=9) == (100, 7, 9)
@@ -268,3 +269,56 @@ def test_a_graph_beyond_scipys_searches_is_searched_with_igraph_and_gives_the_sa
     assert f"with igraph: {m:,} edges are more than SciPy's searches take" in caplog.text
     with pytest.raises(ValueError, match="SciPy's graph searches take at most"):
         search_graph(g.n, g.lo, g.hi)
+
+
+def test_ranges_concatenate_aranges_and_skip_empty_ones():
+    from mapping.evaluation.netstats import _ranges
+
+    starts, lengths = np.array([5, 0, 9, 2, 7]), np.array([3, 0, 1, 4, 0])
+    want = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+    assert np.array_equal(_ranges(starts, lengths), want)
+    assert len(_ranges(np.array([3]), np.array([0]))) == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 50, 1 << 22])
+def test_local_clustering_from_the_csr_equals_igraphs(chunk):
+    """Each node's coefficient from the CSR graph equals igraph's local transitivity (mode "zero"),
+    on a graph with hubs, triangles, isolated and degree-1 nodes, whatever the nodes' order and
+    however small the blocks."""
+    from mapping.evaluation.netstats import local_clustering
+
+    rng = np.random.default_rng(4)
+    n, r = 709, 700                           # rows 700..708: three triangles apart
+    tri = np.arange(700, 709).reshape(3, 3)
+    a = np.concatenate([rng.integers(0, r, 2500), np.zeros(200, np.int64), rng.integers(0, 60, 600), tri[:, [0, 0, 1]].ravel()])
+    b = np.concatenate([rng.integers(0, r, 2500), rng.integers(0, r, 200), rng.integers(0, 60, 600), tri[:, [1, 2, 2]].ravel()])
+    keys = link_keys(a, b, n)
+    g = _graph(n, keys // n, keys % n)
+    csr = search_graph(g.n, g.lo, g.hi)
+    ref = np.asarray(g.igraph().transitivity_local_undirected(mode="zero"))
+    assert (ref == 0).sum() > 10 and (ref == 1).sum() > 0    # degree < 2 or no triangle; a closed neighbourhood
+    assert ((ref > 0) & (ref < 1)).sum() > 100
+    nodes = np.concatenate([rng.permutation(n)[:500], [701, 705]])
+    assert local_clustering(csr, nodes, chunk=chunk) == pytest.approx(ref[nodes], rel=1e-12, abs=0)
+
+
+def test_a_clustering_sample_needs_no_igraph_graph_and_gives_igraphs_figures(monkeypatch):
+    """With a clustering sample the components and the sampled coefficients come from the CSR graph
+    (igraph never builds the graph); every figure equals what igraph gives for the same nodes."""
+    from mapping.evaluation import netstats
+
+    g = _random_graph(3000, 5200, seed=11)       # sparse: many components, isolated rows
+    full = network_stats(g, path_sample=40, path_targets=300, clustering_sample=0)
+    nodes = np.sort(np.random.default_rng([0, 1]).choice(g.n, 900, replace=False))
+    want = float(np.mean(g.igraph().transitivity_local_undirected(vertices=nodes.tolist(), mode="zero")))
+
+    def no_igraph(*args):
+        raise AssertionError("igraph graph built")
+
+    monkeypatch.setattr(netstats, "igraph_from_arrays", no_igraph)
+    got = network_stats(g, path_sample=40, path_targets=300, clustering_sample=900)
+    assert got["average_clustering"] == pytest.approx(want, rel=1e-12) and got["clustering_sample"] == 900
+    assert want != pytest.approx(full["average_clustering"], rel=1e-3)   # a sample, not every node
+    for k in ("connected_components", "largest_component", "largest_component_share", "isolated_nodes",
+              "average_shortest_path", "shortest_path_pairs", "shortest_path_se"):
+        assert got[k] == full[k], k
