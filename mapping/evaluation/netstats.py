@@ -209,16 +209,9 @@ def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, n
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The concatenation of arange(s, s + l) for each (s, l), as one int64 array."""
-    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-    keep = lengths > 0
-    starts, lengths = starts[keep], lengths[keep]
-    if not len(lengths):
-        return np.zeros(0, np.int64)
-    step = np.ones(int(lengths.sum()), np.int64)
-    step[0] = starts[0]
-    # at a range's first position: the jump from the previous range's last value to its start
-    step[np.cumsum(lengths)[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
-    return np.cumsum(step)
+    lengths = np.asarray(lengths, np.int64)
+    offsets = np.cumsum(lengths) - lengths            # where each range begins in the output
+    return np.repeat(np.asarray(starts, np.int64) - offsets, lengths) + np.arange(int(lengths.sum()))
 
 
 def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
@@ -243,9 +236,10 @@ def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray
             continue
         owner = np.repeat(np.arange(len(block), dtype=np.int64), dv)
         own = owner * n + nb                                   # sorted: owners ascend, each list is sorted
-        ask = np.repeat(owner, du) * n + indices[_ranges(indptr[nb], du)]
+        asker = np.repeat(owner, du)
+        ask = asker * n + indices[_ranges(indptr[nb], du)]
         at = np.minimum(np.searchsorted(own, ask), len(own) - 1)
-        twice = np.bincount(np.repeat(owner, du)[own[at] == ask], minlength=len(block))  # each triangle twice
+        twice = np.bincount(asker[own[at] == ask], minlength=len(block))   # each triangle twice
         pairs = dv * (dv - 1) / 2
         out[a:b] = np.divide(twice / 2, pairs, out=np.zeros(len(block)), where=dv >= 2)
     return out
@@ -376,7 +370,8 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
     lo, hi = np.asarray(graph.lo), np.asarray(graph.hi)
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
     sampled = bool(n) and 0 < clustering_sample < n
-    if sampled and 2 * m <= SEARCH_MAX_ENTRIES:
+    on_csr = sampled and 2 * m <= SEARCH_MAX_ENTRIES
+    if on_csr:
         # a sample of nodes needs no igraph graph (≈ 138 B an edge): the components and the sampled
         # nodes' coefficients come from the CSR graph the searches read (≈ 24 B an edge)
         g = search_graph(n, lo, hi)
@@ -397,7 +392,7 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
     del deg
     if sampled:
         nodes = np.sort(np.random.default_rng([seed, 1]).choice(n, clustering_sample, replace=False))
-        cc = (local_clustering(g, nodes) if hasattr(g, "indptr")
+        cc = (local_clustering(g, nodes) if on_csr
               else g.transitivity_local_undirected(vertices=nodes.tolist(), mode="zero"))
         out["average_clustering"] = float(np.mean(cc))
         out["clustering_sample"] = int(clustering_sample)
@@ -407,7 +402,7 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        if hasattr(g, "indptr"):          # the CSR graph of the sampled coefficient
+        if on_csr:                        # the CSR graph of the sampled coefficient
             each = n * PATH_BYTES_PER_NODE
         elif 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's is freed first
             del g
