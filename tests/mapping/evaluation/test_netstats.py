@@ -247,6 +247,11 @@ def test_breadth_first_distances_equal_igraphs_whatever_the_edge_order():
     a, b = graph.lo[shuffled], graph.hi[shuffled]
     g = search_graph(graph.n, np.where(flip, b, a), np.where(flip, a, b))
     assert g.has_sorted_indices and g.nnz == 2 * len(graph.lo)
+    # each edge both ways and nothing else, as the searches read it without a copy: int32, float64 ones
+    both = np.zeros((graph.n, graph.n), bool)
+    both[graph.lo, graph.hi] = both[graph.hi, graph.lo] = True
+    assert np.array_equal(g.toarray() != 0, both)
+    assert g.indices.dtype == g.indptr.dtype == np.int32 and g.data.dtype == np.float64 and (g.data == 1).all()
     ref = graph.igraph()
     targets = np.sort(rng.choice(graph.n, 400, replace=False))
     for s in rng.choice(graph.n, 25, replace=False).tolist():
