@@ -194,17 +194,24 @@ def _index_dtype(n: int):
     return np.int32 if n <= np.iinfo(np.int32).max else np.int64
 
 
-def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
-    """Union of both directions with max similarity, clipped at 0; pairs of weight 0 and self
-    links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi)."""
+def pair_keys(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo · n + hi of each edge kept, int64, in edge order; the mask of the edges kept): self links
+    and similarities ≤ 0 are dropped, a pair may come twice (both directions)."""
     src, dst = np.asarray(src), np.asarray(dst)
-    sim = np.asarray(sim, np.float32)
-    ok = (src != dst) & (sim > 0)
+    ok = (src != dst) & (np.asarray(sim, np.float32) > 0)
     lo = np.minimum(src[ok], dst[ok]).astype(np.int64)
     key = lo * n
     del lo
     key += np.maximum(src[ok], dst[ok])
-    sim = sim[ok]
+    return key, ok
+
+
+def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
+    """Union of both directions with max similarity, clipped at 0; pairs of weight 0 and self
+    links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi)."""
+    key, ok = pair_keys(src, dst, sim, n)
+    sim = np.asarray(sim, np.float32)[ok]
+    del ok
     idx = _index_dtype(n)
     if len(key) == 0:
         return np.zeros(0, idx), np.zeros(0, idx), np.zeros(0, np.float32)
@@ -831,8 +838,9 @@ def graph_size(layout: RunLayout, max_row: int) -> int:
     return int(papers) if papers else max_row + 1
 
 
-def load_graph(layout: RunLayout) -> Graph:
-    """The run's kNN graph from its edges table (int32 rows, see contracts), every vector row a node."""
+def read_edges(layout: RunLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The run's kNN edges table as (src, dst, similarity, n): int32 vector rows (see contracts),
+    every vector row a node."""
     path = layout.table("edges")
     t = read_table(path, columns=["src", "dst", "similarity"])
     if t.num_rows == 0:
@@ -844,8 +852,12 @@ def load_graph(layout: RunLayout) -> Graph:
     dst = t.column("dst").to_numpy()
     sim = t.column("similarity").to_numpy()
     del t
-    n = graph_size(layout, int(max(src.max(), dst.max())))
-    return build_graph(src, dst, sim, n)
+    return src, dst, sim, graph_size(layout, int(max(src.max(), dst.max())))
+
+
+def load_graph(layout: RunLayout) -> Graph:
+    """The run's kNN graph from its edges table, every vector row a node."""
+    return build_graph(*read_edges(layout))
 
 
 def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:

@@ -42,10 +42,11 @@ from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import dataset, read_json_metadata, write_text_atomic
 from sciencemap.vectors import open_vectors
 
-from mapping.cluster import load_graph
+from mapping.cluster import pair_keys, read_edges
 from mapping.evaluation.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
 from mapping.evaluation.citation_graphs import Citations, read_citations
-from mapping.evaluation.netstats import Links, default_workers, edge_overlap, network_stats, random_graph, sample_sizes
+from mapping.evaluation.netstats import (Links, default_workers, edge_overlap, network_stats, random_graph,
+                                         sample_sizes, sorted_unique)
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +197,15 @@ GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (
 def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig, citation: Links | None = None) -> dict:
     """Table 6 statistics of the kNN, direct-citation and random graphs on the vector-store rows
     and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
-    `citation`: the direct-citation graph (`citation_graph`; None: none). One graph's igraph copy
-    at a time; the kNN weights are dropped at once."""
-    knn = load_graph(layout)
-    n = knn.n
+    `citation`: the direct-citation graph (`citation_graph`; None: none). The kNN graph's edges are
+    the cluster stage's, read without its weights; one graph's search graph at a time."""
+    src, dst, sim, n = read_edges(layout)
     if n != len(vector_ids):
         raise UserError(f"the kNN graph has {n:,} nodes but the vector store {len(vector_ids):,} rows; "
                         "re-run the knn and cluster stages")
-    graphs = {"knn": Links(n, knn.lo, knn.hi)}
-    del knn
+    # the cluster stage's edges without its weights: a sort of the keys in place, no argsort and gathers
+    graphs = {"knn": Links.from_keys(sorted_unique(pair_keys(src, dst, sim, n)[0]), n)}
+    del src, dst, sim
     if citation is not None:
         if citation.n != n:
             raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")

@@ -23,8 +23,9 @@ from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
 from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, ParallelCPM, build_graph, cluster_graph, cpm_quality,
-                             leiden, load_graph, merge_small_clusters, polish_cap, refine_within, resolution_for_target,
-                             run_cluster)
+                             leiden, load_graph, merge_small_clusters, pair_keys, polish_cap, refine_within,
+                             resolution_for_target, run_cluster)
+from mapping.evaluation.netstats import Links, sorted_unique
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
 
@@ -135,6 +136,11 @@ def test_graph_from_rows_is_the_graph_from_ids(seed, ties):
     assert np.array_equal(g.w, w), "CWTS weights bit for bit: Leiden sees the same graph"
     G = g.igraph()
     assert np.array_equal(np.asarray(G.get_edgelist()), np.column_stack([lo, hi]))
+    # the evaluate stage's kNN links, from the keys alone (no weights): the same edges, self links too dropped
+    src, dst, sim = np.r_[src, 7, 7].astype(np.int32), np.r_[dst, 7, 8].astype(np.int32), np.r_[sim, 0.5, -0.05]
+    g = build_graph(src, dst, sim, n)
+    links = Links.from_keys(sorted_unique(pair_keys(src, dst, sim, n)[0]), n)
+    assert np.array_equal(links.lo, g.lo) and np.array_equal(links.hi, g.hi) and links.lo.dtype == g.lo.dtype
 
 
 def test_load_graph_reads_int_rows_with_isolated_rows_from_the_knn_summary(tmp_path):
