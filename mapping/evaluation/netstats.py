@@ -9,13 +9,13 @@ of both directions (components: SciPy's; the coefficient of a seeded sample of n
 local_clustering), so igraph's graph (≈ 138 B an edge) is never built there. The average shortest
 path is estimated from `path_sample` seeded sources × `path_targets` seeded targets, so no n-long
 distance list is kept; with samples covering every node it is the exact average over reachable
-ordered pairs; the breadth-first searches run in forked worker processes that share that CSR graph
-copy-on-write (`path_workers`), each taking whole blocks of sources, and the integer distance sums
-add up to the sequential answer exactly. A worker holds only its search's O(n) arrays: igraph's
-distances(), used before 2026-11-29 and now only for a graph beyond SciPy's int32 indices
-(≈ 1.07B edges), builds the whole adjacency list again in every worker (≈ 12–22 GB a worker at 33M
-papers). Edges are compared as int64 link keys (lo · n + hi) by sorted search, in chunks of
-edges. The random graph G(n, m) is drawn as arrays of keys.
+ordered pairs; the breadth-first searches are bit-parallel passes of 64 sources (a level reads each
+edge once for all of them) in forked worker processes that share that CSR graph copy-on-write
+(`path_workers`), and the integer distance sums add up to the sequential answer exactly. A worker
+holds only its pass's O(n) words: igraph's distances(), used before 2026-11-29 and now only for a
+graph beyond SciPy's int32 indices (≈ 1.07B edges), builds the whole adjacency list again in every
+worker (≈ 12–22 GB a worker at 33M papers). Edges are compared as int64 link keys (lo · n + hi) by
+sorted search, in chunks of edges. The random graph G(n, m) is drawn as arrays of keys.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse.csgraph import breadth_first_order, connected_components
+from scipy.sparse.csgraph import connected_components
 
 from mapping.cluster import available_memory, igraph_from_arrays
 from sciencemap.progress import Progress
@@ -33,8 +33,8 @@ from sciencemap.progress import Progress
 CHUNK = 1 << 22               # edges (or drawn pairs) per NumPy step
 log = logging.getLogger(__name__)
 
-# Sample sizes by n (METHODS.md §5.5). Path lengths: each source costs one breadth-first search over
-# the whole graph and targets are nearly free, so the source count sets the cost; with 200 sources
+# Sample sizes by n (METHODS.md §5.5). Path lengths: the sources are searched 64 to a pass over the
+# whole graph (SOURCES_A_PASS) and targets are nearly free, so the passes set the cost; with 200 sources
 # the standard error is about the spread of the per-source mean distances / sqrt(200) (0.07 hops at
 # a spread of one hop), measured rather than assumed: `shortest_path_se` beside the mean. Below 200
 # sources / 1,000 targets every node is one. The clustering coefficient: every node up to
@@ -54,11 +54,18 @@ CLUSTERING_NODES = 100_000
 # the standard error itself to mean something.
 PATH_MIN_SOURCES = 32
 PATH_REL_SE = 0.005
-# What one path worker allocates beyond the graph it shares: the search's node order and
-# predecessors (int32 each). Measured: a forked worker's peak +9 MB over its start for one search of
-# a 1M-node graph (igraph's distances() took +314 MiB there, building its own adjacency list).
-PATH_BYTES_PER_NODE = 16
-# SciPy's graph searches index with int32: a larger graph is searched with igraph's distances(),
+# The searches on the CSR graph run SOURCES_A_PASS sources at once, one bit of a uint64 a node each
+# (bit_parallel_sums): a level reads each edge once for all of them, where one search a source read
+# it once a source (500k run's kNN graph, 128 sources: 3.6 CPU s against SciPy's 38.4). What one path
+# worker allocates beyond the graph it shares: the pass's reached, frontier and next-level words,
+# their temporaries and the frontier's rows (≈ 48 B a node), and a block of CHUNK entries gathered,
+# with their words and ranges (≈ 32 B an entry). Measured: +94 MB (kNN) and +118 MB (a G(n, m) of
+# its size) for a pass on 909,752 nodes, where these figures say 178 MB.
+SOURCES_A_PASS = 64
+PUSH_COST = 8      # a pushed entry (ufunc.at) costs about as much as this many pulled ones
+PATH_BYTES_PER_NODE, PATH_BYTES_PER_CHUNK_ENTRY = 48, 32
+# The CSR graph is int32 (SciPy's graph routines, its components, index with int32): a larger graph
+# is searched with igraph's distances(),
 # whose workers each build the adjacency list (measured 1M / 15M edges +314 MiB, 1M / 30M +535 MiB,
 # 4M / 15M +501 MiB; these figures over-predict all three).
 SEARCH_MAX_ENTRIES = np.iinfo(np.int32).max       # edges stored both ways
@@ -176,13 +183,13 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
 
 def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
     """The undirected graph as a SciPy CSR matrix holding each edge both ways, rows' indices sorted
-    (int32 indices, float64 data: SciPy's searches take it without a copy), ≈ 24 bytes an edge.
-    Edges once each, in any order and either orientation. SciPy's graph searches index with int32:
+    (int32 indices, float64 data: SciPy's components take it without a copy), ≈ 24 bytes an edge.
+    Edges once each, in any order and either orientation. SciPy's graph routines index with int32:
     at most 2^31 − 1 entries, ≈ 1.07B undirected edges."""
     from scipy.sparse import coo_matrix
 
     if 2 * len(lo) > SEARCH_MAX_ENTRIES:   # before any copy, and before int32 offsets could overflow
-        raise ValueError(f"{len(lo):,} edges: SciPy's graph searches take at most {SEARCH_MAX_ENTRIES // 2:,}")
+        raise ValueError(f"{len(lo):,} edges: the int32 CSR graph takes at most {SEARCH_MAX_ENTRIES // 2:,}")
     # SciPy's counting sorts (COO to CSR, the transpose), not an argsort of 2m entries: 5× less CPU
     # and 0.64× the transient memory on 15M edges; int8 data until the merge, float64 after it
     one_way = coo_matrix((np.ones(len(lo), np.int8), (np.asarray(lo), np.asarray(hi))), shape=(n, n)).tocsr()
@@ -193,25 +200,21 @@ def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
     return g
 
 
-def distances_to(graph, source: int, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(hops from `source` to each target, whether it is reachable): one breadth-first search, then
-    each target walks its predecessors back (a few dozen steps for all targets at once)."""
-    _, pred = breadth_first_order(graph, source, directed=True, return_predecessors=True)
-    hops = np.zeros(len(targets), np.int64)
-    at = np.array(targets, np.int64)
-    up = pred[at]
-    while (moving := up >= 0).any():        # no predecessor: the source, or a node never reached
-        hops[moving] += 1
-        at[moving] = up[moving]
-        up = pred[at]
-    return hops, at == source
-
-
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The concatenation of arange(s, s + l) for each (s, l), as one int64 array."""
     lengths = np.asarray(lengths, np.int64)
     offsets = np.cumsum(lengths) - lengths            # where each range begins in the output
     return np.repeat(np.asarray(starts, np.int64) - offsets, lengths) + np.arange(int(lengths.sum()))
+
+
+def _blocks(counts: np.ndarray, chunk: int):
+    """(start, end) of consecutive items whose counts sum to at most `chunk` (one item at least)."""
+    ends = np.cumsum(counts)
+    a = 0
+    while a < len(counts):
+        b = max(a + 1, int(np.searchsorted(ends, (ends[a - 1] if a else 0) + chunk, side="right")))
+        yield a, b
+        a = b
 
 
 def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
@@ -248,19 +251,72 @@ def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray
 _SEARCH: tuple | None = None    # (CSR or igraph graph, targets) the forked workers search
 
 
+def _bits_set(words: np.ndarray) -> np.ndarray:
+    """How many of `words` (uint64) have each of the 64 bits set (bit j of word i: source j)."""
+    bits = np.unpackbits(words.astype("<u8").view(np.uint8), bitorder="little").reshape(-1, 64)
+    return bits.sum(axis=0, dtype=np.int64)
+
+
+def bit_parallel_sums(graph, sources, targets: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Per source (at most SOURCES_A_PASS): the sum of the hop counts to the targets it reaches
+    (≠ itself) and their number, from one breadth-first pass for all of them over search_graph's CSR
+    graph: bit j of a node's word says that source j has reached it. A level ORs the frontier words
+    into the neighbours: pulled over every row's list in blocks of `chunk` entries when the frontier
+    is large, pushed from the frontier's lists when it is small. The pass ends when a level reaches
+    nothing new or every source has reached every target."""
+    indptr, indices = graph.indptr, graph.indices
+    n, k = graph.shape[0], len(sources)
+    if k > SOURCES_A_PASS:
+        raise ValueError(f"{k} sources: a pass takes at most {SOURCES_A_PASS}")
+    sums, counts = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    if not k:
+        return sums, counts
+    reached = np.zeros(n, np.uint64)
+    np.bitwise_or.at(reached, np.asarray(sources, np.int64), np.uint64(1) << np.arange(k, dtype=np.uint64))
+    everyone = np.uint64((1 << k) - 1)
+    frontier = reached.copy()
+    deg = np.diff(indptr)
+    pull_blocks = list(_blocks(deg, chunk))
+    targets = np.asarray(targets, np.int64)
+    level = 0
+    while True:
+        level += 1
+        active = np.flatnonzero(frontier)
+        nxt = np.zeros(n, np.uint64)
+        if PUSH_COST * int(deg[active].sum()) < len(indices):   # push: from the frontier's lists
+            for a, b in _blocks(deg[active], chunk):
+                rows = active[a:b]
+                d = deg[rows]
+                np.bitwise_or.at(nxt, indices[_ranges(indptr[rows], d)], np.repeat(frontier[rows], d))
+        else:                                           # pull: each row ORs its neighbours' frontier words
+            for a, b in pull_blocks:
+                rows = a + np.flatnonzero(deg[a:b])
+                if len(rows):
+                    got = frontier[indices[indptr[a]:indptr[b]]]
+                    nxt[rows] = np.bitwise_or.reduceat(got, indptr[rows] - indptr[a])
+        np.bitwise_and(nxt, np.invert(reached), out=nxt)      # only what no earlier level reached
+        if not nxt.any():
+            break
+        reached |= nxt
+        frontier = nxt
+        new = _bits_set(nxt[targets])[:k]
+        sums += level * new
+        counts += new
+        if (reached[targets] == everyone).all():
+            break
+    return sums, counts
+
+
 def _source_sums(sources: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Per source: the sum of the distances to the reachable targets ≠ itself, and their number."""
     graph, targets = _SEARCH
-    if hasattr(graph, "distances"):     # an igraph graph (too large for SciPy's searches)
+    if hasattr(graph, "distances"):     # an igraph graph (too large for the int32 CSR graph)
         d = np.asarray(graph.distances(source=sources, target=targets.tolist()), float)
         ok = np.isfinite(d) & (d > 0)
         return np.where(ok, d, 0).sum(axis=1).astype(np.int64), ok.sum(axis=1)
-    sums, counts = np.zeros(len(sources), np.int64), np.zeros(len(sources), np.int64)
-    for i, s in enumerate(sources):
-        hops, reached = distances_to(graph, s, targets)
-        ok = reached & (hops > 0)
-        sums[i], counts[i] = hops[ok].sum(), ok.sum()
-    return sums, counts
+    passes = [bit_parallel_sums(graph, sources[i:i + SOURCES_A_PASS], targets)
+              for i in range(0, len(sources), SOURCES_A_PASS)]
+    return np.concatenate([p[0] for p in passes]), np.concatenate([p[1] for p in passes])
 
 
 def default_workers() -> int:
@@ -308,32 +364,36 @@ def sampled_path_length(g, sources: np.ndarray, targets: np.ndarray, per_call: i
                         min_sources: int = PATH_MIN_SOURCES) -> tuple[float, int, float, int]:
     """Mean unweighted distance over the reachable (source, target) pairs with source ≠ target,
     the number of those pairs, the mean's standard error (ratio estimator over the sources: the
-    pairs of one source are not independent draws) and the sources searched. Blocks of `per_call`
-    sources go to `workers` forked processes (1 = here); distances are integers, so the sums are
-    exact and the answer is the sequential one whatever the split. `rel_se` > 0: blocks are taken
-    in order and the searches stop after the first block at which at least `min_sources` sources
-    give a standard error of at most rel_se × the mean (the same stop whatever the workers).
+    pairs of one source are not independent draws) and the sources searched. Tasks of sources go
+    to `workers` forked processes (1 = here): on the CSR graph a task is one bit-parallel pass of up
+    to SOURCES_A_PASS sources (a whole number of blocks of `per_call`), on an igraph graph one block.
+    Distances are integers, so the sums are exact and the answer is the sequential one whatever the
+    split. `rel_se` > 0: blocks of `per_call` are taken in order and the figures are those of the
+    first block at which at least `min_sources` sources give a standard error of at most rel_se ×
+    the mean (the same stop whatever the workers or the passes; a pass's later sources go unused).
     `g`: search_graph's CSR graph, or an igraph graph."""
     global _SEARCH
-    blocks = [sources[s:s + per_call].tolist() for s in range(0, len(sources), per_call)]
-    workers = max(1, min(workers, len(blocks)))
+    per_task = per_call if hasattr(g, "distances") else per_call * max(1, SOURCES_A_PASS // per_call)
+    tasks = [sources[s:s + per_task].tolist() for s in range(0, len(sources), per_task)]
+    workers = max(1, min(workers, len(tasks)))
     sums, counts = [], []
     _SEARCH = (g, np.asarray(targets))
     try:
         with Progress(f"evaluate: shortest paths{name and f' ({name})'}", len(sources), "sources") as p:
             if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-                results = map(_source_sums, blocks)
+                results = map(_source_sums, tasks)
                 pool = None
             else:   # fork: the workers see the graph copy-on-write, nothing is pickled but source lists
                 pool = multiprocessing.get_context("fork").Pool(workers)
-                results = _in_order(pool, blocks, workers)
+                results = _in_order(pool, tasks, workers)
             try:
                 done = 0
-                for block, (s, c) in zip(blocks, results):
+                for s, c in ((s[i:i + per_call], c[i:i + per_call]) for s, c in results
+                             for i in range(0, len(s), per_call)):
                     sums.append(s)
                     counts.append(c)
-                    p.advance(len(block))
-                    done += len(block)
+                    p.advance(len(s))
+                    done += len(s)
                     if rel_se > 0 and done >= min_sources and done < len(sources):
                         mean, _, se = _mean_se(np.concatenate(sums), np.concatenate(counts))
                         if se == se and se <= rel_se * mean:  # (se is NaN below 2 sources)
@@ -402,14 +462,13 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
         rng = np.random.default_rng(seed)
         src = rng.choice(n, min(path_sample, n), replace=False)  # draw order: each prefix a random sample
         tgt = np.sort(rng.choice(n, min(path_targets, n), replace=False)) if path_targets > 0 else np.arange(n)
-        if on_csr:                        # the CSR graph of the sampled coefficient
-            each = n * PATH_BYTES_PER_NODE
-        elif 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's is freed first
+        each = n * PATH_BYTES_PER_NODE + CHUNK * PATH_BYTES_PER_CHUNK_ENTRY    # a bit-parallel pass
+        if not on_csr and 2 * m <= SEARCH_MAX_ENTRIES:   # one CSR graph all workers read: igraph's freed first
             del g
-            g, each = search_graph(n, lo, hi), n * PATH_BYTES_PER_NODE
-        else:
+            g = search_graph(n, lo, hi)
+        elif not on_csr:
             each = m * IGRAPH_PATH_BYTES_PER_EDGE + n * IGRAPH_PATH_BYTES_PER_NODE
-            log.info("evaluate: shortest paths%s with igraph: %s edges are more than SciPy's searches take",
+            log.info("evaluate: shortest paths%s with igraph: %s edges are more than the int32 CSR graph takes",
                      name and f" ({name})", f"{m:,}")
         workers = path_workers_that_fit(path_workers, each, available_memory())
         if workers < path_workers:

@@ -7,9 +7,9 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from mapping.cluster import build_graph
-from mapping.evaluation.netstats import (CLUSTERING_NODES, PATH_SOURCES, PATH_TARGETS, Links, distances_to, edge_overlap, link_keys,
-                                         links_in_graph, network_stats, random_graph, sample_sizes, sampled_path_length,
-                                         search_graph, sorted_unique)
+from mapping.evaluation.netstats import (CLUSTERING_NODES, PATH_SOURCES, PATH_TARGETS, SOURCES_A_PASS, Links,
+                                         bit_parallel_sums, edge_overlap, link_keys, links_in_graph, network_stats,
+                                         random_graph, sample_sizes, sampled_path_length, search_graph, sorted_unique)
 
 
 def _graph(n, lo, hi):
@@ -239,25 +239,34 @@ def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
     assert "in 1 worker(s), not 4" in caplog.text
 
 
-def test_breadth_first_distances_equal_igraphs_whatever_the_edge_order():
-    graph = _random_graph(1500, 1700, seed=8)          # sparse: several components, isolated rows
+@pytest.mark.parametrize("n,m", [(1500, 1700), (1500, 15000)])   # sparse (components, isolated rows); dense
+def test_bit_parallel_passes_equal_igraphs_distances_whatever_the_edge_order_and_blocks(n, m):
+    graph = _random_graph(n, m, seed=8)
     rng = np.random.default_rng(2)
     shuffled = rng.permutation(len(graph.lo))          # edges in no order, and some given hi-first
     flip = rng.random(len(shuffled)) < 0.5
     a, b = graph.lo[shuffled], graph.hi[shuffled]
     g = search_graph(graph.n, np.where(flip, b, a), np.where(flip, a, b))
     assert g.has_sorted_indices and g.nnz == 2 * len(graph.lo)
-    # each edge both ways and nothing else, as the searches read it without a copy: int32, float64 ones
+    # each edge both ways and nothing else, as SciPy's components read it without a copy: int32, float64 ones
     both = np.zeros((graph.n, graph.n), bool)
     both[graph.lo, graph.hi] = both[graph.hi, graph.lo] = True
     assert np.array_equal(g.toarray() != 0, both)
     assert g.indices.dtype == g.indptr.dtype == np.int32 and g.data.dtype == np.float64 and (g.data == 1).all()
-    ref = graph.igraph()
     targets = np.sort(rng.choice(graph.n, 400, replace=False))
-    for s in rng.choice(graph.n, 25, replace=False).tolist():
-        hops, reached = distances_to(g, s, targets)
-        d = np.asarray(ref.distances(source=[s], target=targets.tolist())[0], float)
-        assert np.array_equal(reached, np.isfinite(d)) and np.array_equal(hops[reached], d[reached])
+    sources = rng.choice(graph.n, SOURCES_A_PASS, replace=False)
+    sources[:3] = targets[:3]                          # a source among the targets: its own distance 0 is left out
+    d = np.asarray(graph.igraph().distances(source=sources.tolist(), target=targets.tolist()), float)
+    ok = np.isfinite(d) & (d > 0)
+    want = (np.where(ok, d, 0).sum(axis=1).astype(np.int64), ok.sum(axis=1))
+    assert (~np.isfinite(d)).any() == (m < 5000)       # the sparse graph leaves pairs unreachable
+    for chunk in (1, 37, 1 << 22):                      # pull and push blocks of any size
+        got = bit_parallel_sums(g, sources, targets, chunk=chunk)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    few = bit_parallel_sums(g, sources[:5], targets)   # fewer sources than bits
+    assert np.array_equal(few[0], want[0][:5]) and np.array_equal(few[1], want[1][:5])
+    with pytest.raises(ValueError, match="a pass takes at most 64"):
+        bit_parallel_sums(g, np.arange(SOURCES_A_PASS + 1), targets)
 
 
 def test_a_graph_beyond_scipys_searches_is_searched_with_igraph_and_gives_the_same_figures(monkeypatch, caplog):
@@ -271,8 +280,8 @@ def test_a_graph_beyond_scipys_searches_is_searched_with_igraph_and_gives_the_sa
     monkeypatch.setattr(netstats, "SEARCH_MAX_ENTRIES", 2 * m - 1)
     with caplog.at_level(logging.INFO, logger="mapping.evaluation.netstats"):
         assert network_stats(g, path_sample=48, path_targets=500, path_workers=2) == want
-    assert f"with igraph: {m:,} edges are more than SciPy's searches take" in caplog.text
-    with pytest.raises(ValueError, match="SciPy's graph searches take at most"):
+    assert f"with igraph: {m:,} edges are more than the int32 CSR graph takes" in caplog.text
+    with pytest.raises(ValueError, match="the int32 CSR graph takes at most"):
         search_graph(g.n, g.lo, g.hi)
 
 
