@@ -65,9 +65,8 @@ SOURCES_A_PASS = 64
 PUSH_COST = 8      # a pushed entry (ufunc.at) costs about as much as this many pulled ones
 PATH_BYTES_PER_NODE, PATH_BYTES_PER_CHUNK_ENTRY = 48, 32
 # The CSR graph is int32 (SciPy's graph routines, its components, index with int32): a larger graph
-# is searched with igraph's distances(),
-# whose workers each build the adjacency list (measured 1M / 15M edges +314 MiB, 1M / 30M +535 MiB,
-# 4M / 15M +501 MiB; these figures over-predict all three).
+# is searched with igraph's distances(), whose workers each build the adjacency list (measured 1M /
+# 15M edges +314 MiB, 1M / 30M +535 MiB, 4M / 15M +501 MiB; these figures over-predict all three).
 SEARCH_MAX_ENTRIES = np.iinfo(np.int32).max       # edges stored both ways
 IGRAPH_PATH_BYTES_PER_EDGE, IGRAPH_PATH_BYTES_PER_NODE = 16, 100
 
@@ -388,8 +387,9 @@ def sampled_path_length(g, sources: np.ndarray, targets: np.ndarray, per_call: i
                 results = _in_order(pool, tasks, workers)
             try:
                 done = 0
-                for s, c in ((s[i:i + per_call], c[i:i + per_call]) for s, c in results
-                             for i in range(0, len(s), per_call)):
+                # each task's sums in blocks of per_call: the stop is checked where it always was
+                for s, c in ((ts[i:i + per_call], tc[i:i + per_call]) for ts, tc in results
+                             for i in range(0, len(ts), per_call)):
                     sums.append(s)
                     counts.append(c)
                     p.advance(len(s))
