@@ -250,10 +250,15 @@ def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK) -> np.ndarray
 _SEARCH: tuple | None = None    # (CSR or igraph graph, targets) the forked workers search
 
 
-def _bits_set(words: np.ndarray) -> np.ndarray:
-    """How many of `words` (uint64) have each of the 64 bits set (bit j of word i: source j)."""
-    bits = np.unpackbits(words.astype("<u8").view(np.uint8), bitorder="little").reshape(-1, 64)
-    return bits.sum(axis=0, dtype=np.int64)
+def _bits_set(words: np.ndarray, chunk: int = CHUNK // 64) -> np.ndarray:
+    """How many of `words` (uint64) have each of the 64 bits set (bit j of word i: source j), a
+    block of `chunk` words at a time (a word unpacks to 64 bytes: every node a target would
+    otherwise unpack 64 B a node at once)."""
+    total = np.zeros(64, np.int64)
+    for a in range(0, len(words), chunk):
+        bits = np.unpackbits(words[a:a + chunk].astype("<u8").view(np.uint8), bitorder="little")
+        total += bits.reshape(-1, 64).sum(axis=0, dtype=np.int64)
+    return total
 
 
 def bit_parallel_sums(graph, sources, targets: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:

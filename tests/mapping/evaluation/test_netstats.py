@@ -239,6 +239,17 @@ def test_path_workers_are_as_many_as_the_free_memory_holds(monkeypatch, caplog):
     assert "in 1 worker(s), not 4" in caplog.text
 
 
+def test_bits_set_counts_each_bit_in_blocks_of_any_size():
+    from mapping.evaluation.netstats import _bits_set
+
+    words = np.random.default_rng(3).integers(0, 2**64, 1000, dtype=np.uint64)
+    words[:5] = [0, 1, 2**63, 2**64 - 1, 2**32]
+    want = np.array([int(((words >> np.uint64(j)) & np.uint64(1)).sum()) for j in range(64)])
+    for chunk in (1, 7, 1000, 1 << 16):
+        assert np.array_equal(_bits_set(words, chunk=chunk), want)
+    assert not _bits_set(words[:0]).any()
+
+
 @pytest.mark.parametrize("n,m", [(1500, 1700), (1500, 15000)])   # sparse (components, isolated rows); dense
 def test_bit_parallel_passes_equal_igraphs_distances_whatever_the_edge_order_and_blocks(n, m):
     graph = _random_graph(n, m, seed=8)
