@@ -73,7 +73,7 @@ class EvaluateConfig:
                                         "this share of it (after 32 sources; 0 = every sampled source; "
                                         "METHODS.md §5.5)")
     path_workers: int = setting(0, "processes running the shortest-path searches, 64 sources a pass (0 = one per "
-                                   "core; fewer where the free memory does not hold a pass's ≈ 40 B a node each); "
+                                   "core; fewer where the free memory does not hold a pass's ≈ 48 B a node each); "
                                    "same figures whatever the number")
     random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "
                                         "the citation graph's density gets seed + 1)")
