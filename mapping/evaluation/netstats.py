@@ -10,7 +10,7 @@ local_clustering), so igraph's graph (≈ 138 B an edge) is never built there. T
 path is estimated from `path_sample` seeded sources × `path_targets` seeded targets, so no n-long
 distance list is kept; with samples covering every node it is the exact average over reachable
 ordered pairs; the breadth-first searches are bit-parallel passes of 64 sources (a level reads each
-edge once for all of them) in forked worker processes that share that CSR graph copy-on-write
+edge at most once for all of them) in forked worker processes that share that CSR graph copy-on-write
 (`path_workers`), and the integer distance sums add up to the sequential answer exactly. A worker
 holds only its pass's O(n) words: igraph's distances(), used before 2026-11-29 and now only for a
 graph beyond SciPy's int32 indices (≈ 1.07B edges), builds the whole adjacency list again in every
@@ -55,9 +55,9 @@ CLUSTERING_NODES = 100_000
 PATH_MIN_SOURCES = 32
 PATH_REL_SE = 0.005
 # The searches on the CSR graph run SOURCES_A_PASS sources at once, one bit of a uint64 a node each
-# (bit_parallel_sums): a level reads each edge once for all of them, where one search a source read
-# it once a source (500k run's kNN graph, 128 sources: 3.6 CPU s against SciPy's 38.4). What one path
-# worker allocates beyond the graph it shares: the pass's reached, frontier and next-level words,
+# (bit_parallel_sums): a level reads each edge at most once for all of them, where one search a
+# source read it once a source (500k run's kNN graph, 128 sources: 3.6 CPU s against SciPy's 38.4).
+# What one path worker allocates beyond the graph it shares: the pass's reached, frontier and next-level words,
 # their temporaries and the frontier's rows (≈ 48 B a node), and a block of CHUNK entries gathered,
 # with their words and ranges (≈ 32 B an entry). Measured: +94 MB (kNN) and +118 MB (a G(n, m) of
 # its size) for a pass on 909,752 nodes, where these figures say 178 MB.
