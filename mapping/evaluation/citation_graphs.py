@@ -117,11 +117,14 @@ class Citations:
         """Distinct undirected links between two papers of `ids` as sorted link keys lo · n + hi,
         n = len(ids) (mapping.evaluation.netstats.link_keys): the direct-citation graph on the vector store."""
         n = len(self.ids)
-        parts = []
+        links = np.empty(len(self.keys), np.int64)   # at most one link a pair; untouched pages cost nothing
+        filled = 0
         for a, b in self.pairs():
             inside = (a < n) & (b < n)
-            parts.append(link_keys(a[inside], b[inside], n))
-        return sorted_unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+            k = link_keys(a[inside], b[inside], n)
+            links[filled:filled + len(k)] = k
+            filled += len(k)
+        return sorted_unique(links[:filled])
 
     def codes_of(self, ids: pa.Array) -> np.ndarray:
         """The code of each id (int64; -1: neither in `ids` nor in the table)."""

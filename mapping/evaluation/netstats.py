@@ -96,9 +96,12 @@ class Links:
 
     @classmethod
     def from_keys(cls, keys: np.ndarray, n: int) -> "Links":
-        """From sorted distinct link keys (`link_keys`)."""
+        """From sorted distinct link keys (`link_keys`), in blocks: no int64 copy of the keys beside them."""
         dt = np.int32 if n <= np.iinfo(np.int32).max else np.int64
-        return cls(int(n), (keys // n).astype(dt), (keys % n).astype(dt))
+        lo, hi = np.empty(len(keys), dt), np.empty(len(keys), dt)
+        for s in range(0, len(keys), CHUNK):
+            lo[s:s + CHUNK], hi[s:s + CHUNK] = np.divmod(keys[s:s + CHUNK], n)
+        return cls(int(n), lo, hi)
 
     def keys(self) -> np.ndarray:
         """The edges' sorted link keys (int64)."""
@@ -108,17 +111,26 @@ class Links:
         return k if len(k) < 2 or bool((k[1:] > k[:-1]).all()) else sorted_unique(k)
 
 
-def sorted_unique(k: np.ndarray) -> np.ndarray:
-    """The distinct values of an int64 array, sorted, in its own memory (sorts it in place).
+def sorted_unique(k: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+    """The distinct values of an int64 array, sorted: a view of its own memory (sorts it in place,
+    then moves the distinct values to its front a block of `chunk` at a time, so no copy of the
+    whole array is made; the values after the view's end are left over).
 
     NumPy 2.4's np.unique took 15-40 s on 30M int64 here (hash-based), a sort and a mask 0.4-1.5 s."""
     if len(k) < 2:
         return k
     k.sort()
-    keep = np.empty(len(k), bool)
-    keep[0] = True
-    np.not_equal(k[1:], k[:-1], out=keep[1:])
-    return k[keep]
+    kept, last = 0, None
+    for s in range(0, len(k), chunk):
+        block = k[s:s + chunk]
+        keep = np.empty(len(block), bool)
+        keep[0] = last is None or block[0] != last
+        np.not_equal(block[1:], block[:-1], out=keep[1:])
+        last = block[-1].copy()            # before the write below, which may reach it
+        values = block[keep]
+        k[kept:kept + len(values)] = values    # kept <= s: never ahead of what is still to be read
+        kept += len(values)
+    return k[:kept]
 
 
 def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
@@ -168,8 +180,9 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
                 k += np.maximum(a, b)
                 new.append(k)
                 p.advance(c)
-        k = sorted_unique(np.concatenate(new))
-        del new
+        k = np.concatenate(new)
+        del new                           # before the sort's mask copy: 8 B a pair less at the peak
+        k = sorted_unique(k)
         if len(have):
             pos = np.minimum(np.searchsorted(have, k), len(have) - 1)
             k = k[have[pos] != k]
@@ -182,20 +195,22 @@ def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
 
 def search_graph(n: int, lo: np.ndarray, hi: np.ndarray):
     """The undirected graph as a SciPy CSR matrix holding each edge both ways, rows' indices sorted
-    (int32 indices, float64 data: SciPy's components take it without a copy), ≈ 24 bytes an edge.
-    Edges once each, in any order and either orientation. SciPy's graph routines index with int32:
-    at most 2^31 − 1 entries, ≈ 1.07B undirected edges."""
+    (int32 indices), ≈ 8 bytes an edge: its data is a read-only zero-stride view of float64 ones,
+    since only the structure is read (SciPy's components take float64 data without a copy and read
+    only indptr and indices). Edges once each, in any order and either orientation. SciPy's graph
+    routines index with int32: at most 2^31 − 1 entries, ≈ 1.07B undirected edges."""
     from scipy.sparse import coo_matrix
 
     if 2 * len(lo) > SEARCH_MAX_ENTRIES:   # before any copy, and before int32 offsets could overflow
         raise ValueError(f"{len(lo):,} edges: the int32 CSR graph takes at most {SEARCH_MAX_ENTRIES // 2:,}")
     # SciPy's counting sorts (COO to CSR, the transpose), not an argsort of 2m entries: 5× less CPU
-    # and 0.64× the transient memory on 15M edges; int8 data until the merge, float64 after it
+    # and 0.64× the transient memory on 15M edges; int8 data until the merge
     one_way = coo_matrix((np.ones(len(lo), np.int8), (np.asarray(lo), np.asarray(hi))), shape=(n, n)).tocsr()
     g = one_way + one_way.T.tocsr()      # disjoint (no self-loops, no edge twice): every entry 1
     del one_way
-    g.data = np.ones(g.nnz)
     g.sort_indices()     # here, not in a worker (where it would copy the shared arrays); a check when sorted
+    # 16 B an undirected edge less than float64 ones held through the searches
+    g.data = np.broadcast_to(np.float64(1), (g.nnz,))
     return g
 
 
@@ -438,7 +453,7 @@ def network_stats(graph, path_sample: int | None = None, seed: int = 0, path_tar
     on_csr = sampled and 2 * m <= SEARCH_MAX_ENTRIES
     if on_csr:
         # a sample of nodes needs no igraph graph (≈ 138 B an edge): the components and the sampled
-        # nodes' coefficients come from the CSR graph the searches read (≈ 24 B an edge)
+        # nodes' coefficients come from the CSR graph the searches read (≈ 8 B an edge)
         g = search_graph(n, lo, hi)
         sizes = np.bincount(connected_components(g, directed=True, connection="strong")[1], minlength=1)
     else:

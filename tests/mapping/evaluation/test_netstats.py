@@ -155,8 +155,13 @@ def test_link_keys_and_chunked_overlap():
 
 def test_sorted_unique_equals_numpy_unique():
     rng = np.random.default_rng(6)
-    for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64)):
-        assert np.array_equal(sorted_unique(k.astype(np.int64)), np.unique(k))
+    for k in (rng.integers(0, 50, 400), rng.integers(-5, 5, 3), np.array([7]), np.zeros(0, np.int64),
+              np.repeat(rng.integers(0, 10**12, 60), rng.integers(1, 9, 60))):
+        for chunk in (1, 2, 7, 64, 1 << 22):     # runs of equal values across the blocks' borders
+            mine = k.astype(np.int64)
+            got = sorted_unique(mine, chunk=chunk)
+            assert np.array_equal(got, np.unique(k))
+            assert len(got) < 2 or np.shares_memory(got, mine)   # compacted in its own memory, no copy
 
 
 def test_sample_sizes_follow_n_unless_set():
@@ -259,11 +264,13 @@ def test_bit_parallel_passes_equal_igraphs_distances_whatever_the_edge_order_and
     a, b = graph.lo[shuffled], graph.hi[shuffled]
     g = search_graph(graph.n, np.where(flip, b, a), np.where(flip, a, b))
     assert g.has_sorted_indices and g.nnz == 2 * len(graph.lo)
-    # each edge both ways and nothing else, as SciPy's components read it without a copy: int32, float64 ones
+    # each edge both ways and nothing else, as SciPy's components read it without a copy: int32, float64
+    # ones that take no memory (a zero-stride view)
     both = np.zeros((graph.n, graph.n), bool)
     both[graph.lo, graph.hi] = both[graph.hi, graph.lo] = True
     assert np.array_equal(g.toarray() != 0, both)
     assert g.indices.dtype == g.indptr.dtype == np.int32 and g.data.dtype == np.float64 and (g.data == 1).all()
+    assert g.data.strides == (0,) and not g.data.flags.writeable
     targets = np.sort(rng.choice(graph.n, 400, replace=False))
     sources = rng.choice(graph.n, SOURCES_A_PASS, replace=False)
     sources[:3] = targets[:3]                          # a source among the targets: its own distance 0 is left out
