@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import importlib
+import inspect
 import json
 import math
 import os
@@ -281,13 +282,15 @@ def network_child(args) -> None:
         del gs
     t_cite = time.perf_counter() - t0
     cfg = evaluate.EvaluateConfig(**({"path_sample": args.path_sample} if args.path_sample is not None else {}))
+    # this checkout's networks() takes the number of rows, earlier ones the ids
+    rows = ids if "vector_ids" in inspect.signature(evaluate.networks).parameters else len(ids)
     t1 = time.perf_counter()
     if shared:
         citation = evaluate.citation_graph(citations)
         del citations, source
-        net = evaluate.networks(layout, ids, cfg, citation)
+        net = evaluate.networks(layout, rows, cfg, citation)
     else:
-        net = evaluate.networks(layout, ids, cfg)
+        net = evaluate.networks(layout, rows, cfg)
     t_net = time.perf_counter() - t1
     own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     workers_mb = workers.ru_maxrss / 1024

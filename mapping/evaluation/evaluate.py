@@ -194,34 +194,53 @@ GRAPH_TITLES = {"knn": "kNN", "citation": "direct citation", "random": "random (
                 "random_citation": "random (citation density)"}
 
 
-def networks(layout: RunLayout, vector_ids: pa.Array, cfg: EvaluateConfig, citation: Links | None = None) -> dict:
-    """Table 6 statistics of the kNN, direct-citation and random graphs on the vector-store rows
-    and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
+def networks(layout: RunLayout, n_rows: int, cfg: EvaluateConfig, citation: Links | None = None) -> dict:
+    """Table 6 statistics of the kNN, direct-citation and random graphs on the `n_rows` vector-store
+    rows and their pairwise edge overlap: {"graphs": {name: stats}, "overlap": [{a, b, ...}], seeds}.
     `citation`: the direct-citation graph (`citation_graph`; None: none). The kNN graph's edges are
-    the cluster stage's, read without its weights; one graph's search graph at a time."""
+    the cluster stage's, read without its weights; one graph's search graph at a time, and each
+    random graph drawn when its turn comes and freed once its overlaps are taken, so at most one of
+    the two is held beside another graph's search graph."""
     src, dst, sim, n = read_edges(layout)
-    if n != len(vector_ids):
-        raise UserError(f"the kNN graph has {n:,} nodes but the vector store {len(vector_ids):,} rows; "
+    if n != n_rows:
+        raise UserError(f"the kNN graph has {n:,} nodes but the vector store {n_rows:,} rows; "
                         "re-run the knn and cluster stages")
     # the cluster stage's edges without its weights: a sort of the keys in place, no argsort and gathers
-    graphs = {"knn": Links.from_keys(sorted_unique(pair_keys(src, dst, sim, n)[0]), n)}
+    knn = Links.from_keys(sorted_unique(pair_keys(src, dst, sim, n)[0]), n)
     del src, dst, sim
-    if citation is not None:
-        if citation.n != n:
-            raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
-        graphs["citation"] = citation
-    graphs["random"] = random_graph(n, graphs["knn"].m, cfg.random_graph_seed)
-    if cfg.random_citation_graph and "citation" in graphs:
-        graphs["random_citation"] = random_graph(n, graphs["citation"].m, cfg.random_graph_seed + 1)
+    if citation is not None and citation.n != n:
+        raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
+    order = ["knn"] + (["citation"] if citation is not None else []) + ["random"]
+    if cfg.random_citation_graph and citation is not None:
+        order.append("random_citation")
     workers = cfg.path_workers or default_workers()
-    stats = {name: network_stats(g, cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
-                                 clustering_sample=cfg.clustering_sample, name=name, path_workers=workers,
-                                 path_rel_se=cfg.path_rel_se)
-             for name, g in graphs.items()}
-    names = list(graphs)
-    overlap = [{"a": a, "b": b, **edge_overlap(graphs[a], graphs[b])}
-               for i, a in enumerate(names) for b in names[i + 1:]]
-    return {"graphs": stats, "overlap": overlap, "random_graph_seed": cfg.random_graph_seed,
+    stats, pairs, held = {}, {}, {}
+
+    def add(name: str, g: Links) -> None:
+        for other, h in held.items():     # the overlaps with the graphs before it
+            pairs[other, name] = edge_overlap(h, g)
+        held[name] = g
+
+    def measure(name: str) -> None:
+        stats[name] = network_stats(held[name], cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
+                                    clustering_sample=cfg.clustering_sample, name=name, path_workers=workers,
+                                    path_rel_se=cfg.path_rel_se)
+
+    add("knn", knn)
+    measure("knn")
+    if citation is not None:
+        add("citation", citation)
+        measure("citation")
+    add("random", random_graph(n, knn.m, cfg.random_graph_seed))
+    measure("random")
+    if "random_citation" in order:
+        add("random_citation", random_graph(n, citation.m, cfg.random_graph_seed + 1))
+        del held["random"]
+        measure("random_citation")
+    held.clear()
+    overlap = [{"a": a, "b": b, **pairs[a, b]} for i, a in enumerate(order) for b in order[i + 1:]]
+    return {"graphs": {name: stats[name] for name in order}, "overlap": overlap,
+            "random_graph_seed": cfg.random_graph_seed,
             "path_rel_se": cfg.path_rel_se, "path_sample": sample_sizes(n, None, cfg.path_sample, None)[1]}
 
 
@@ -536,10 +555,9 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
 
     t2 = time.perf_counter()
     citation = citation_graph(citations) if citations is not None else None
-    del citations                      # freed before the kNN graph is loaded
-    net = networks(layout, vector_ids, cfg, citation)
+    del citations, vector_ids          # freed before the kNN graph is loaded
+    net = networks(layout, n_vectors, cfg, citation)
     del citation
-    del vector_ids
     metrics["network"] = net
     t_net = time.perf_counter() - t2
     lines += network_section(net)
