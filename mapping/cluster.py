@@ -104,7 +104,7 @@ from sciencemap.contracts import EDGES_META_KEY, SCHEMAS
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress, current_rss_mb
 from sciencemap.runtime import UserError
-from sciencemap.storage import atomic_dir, read_json_metadata, read_table
+from sciencemap.storage import atomic_dir, dataset, read_json_metadata, read_table
 
 log = logging.getLogger(__name__)
 
@@ -826,8 +826,8 @@ def warm_sweep(graph: Graph, g: ig.Graph, resolutions: list[float], cfg: Cluster
         yield r, mem, info
 
 
-def graph_size(layout: RunLayout, max_row: int) -> int:
-    """Nodes = vector-store rows; from the vector store, else the knn summary, else max row + 1."""
+def _stated_size(layout: RunLayout) -> int | None:
+    """Nodes = vector-store rows: from the vector store, else the knn summary, else None."""
     from sciencemap.vectors import open_vectors
 
     try:
@@ -835,7 +835,19 @@ def graph_size(layout: RunLayout, max_row: int) -> int:
     except UserError:
         pass
     papers = read_json_metadata(layout.table("edges"), EDGES_META_KEY).get("papers")
-    return int(papers) if papers else max_row + 1
+    return int(papers) if papers else None
+
+
+def graph_size(layout: RunLayout, max_row: int) -> int:
+    """Nodes = vector-store rows; from the vector store, else the knn summary, else max row + 1."""
+    n = _stated_size(layout)
+    return max_row + 1 if n is None else n
+
+
+def _check_edge_rows(schema: pa.Schema, path) -> None:
+    if not (pa.types.is_integer(schema.field("src").type) and pa.types.is_integer(schema.field("dst").type)):
+        raise UserError(f"the edges table in {path} names papers by id (an older run); re-run the knn stage, "
+                        "which writes vector-store rows")
 
 
 def read_edges(layout: RunLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -845,14 +857,44 @@ def read_edges(layout: RunLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
     t = read_table(path, columns=["src", "dst", "similarity"])
     if t.num_rows == 0:
         raise UserError(f"the edges table in {path} is empty; re-run the knn stage")
-    if not (pa.types.is_integer(t.schema.field("src").type) and pa.types.is_integer(t.schema.field("dst").type)):
-        raise UserError(f"the edges table in {path} names papers by id (an older run); re-run the knn stage, "
-                        "which writes vector-store rows")
+    _check_edge_rows(t.schema, path)
     src = t.column("src").to_numpy()
     dst = t.column("dst").to_numpy()
     sim = t.column("similarity").to_numpy()
     del t
     return src, dst, sim, graph_size(layout, int(max(src.max(), dst.max())))
+
+
+def read_pair_keys(layout: RunLayout, batch_rows: int = 1 << 22) -> tuple[np.ndarray, int]:
+    """`pair_keys` of the run's kNN edges table (in edge order, a pair may come twice) and n, read
+    a batch of `batch_rows` edges at a time: 8 B a directed edge and one batch, where read_edges
+    holds the three columns (12 B an edge) and pair_keys' temporaries beside them (≈ 40 B an edge at
+    once). For the links without weights (the evaluate stage's network statistics)."""
+    path = layout.table("edges")
+    edges = dataset(path, "run the knn stage first")
+    _check_edge_rows(edges.schema, path)
+    total = edges.count_rows()
+    if total == 0:
+        raise UserError(f"the edges table in {path} is empty; re-run the knn stage")
+    columns = ["src", "dst", "similarity"]
+    n = _stated_size(layout)
+    if n is None:    # nothing states the rows: a first pass for the largest
+        n = 1 + max(int(max(b.column(0).to_numpy().max(), b.column(1).to_numpy().max()))
+                    for b in edges.to_batches(columns=columns[:2], batch_size=batch_rows) if b.num_rows)
+    keys = np.empty(total, np.int64)
+    filled = 0
+    for b in edges.to_batches(columns=columns, batch_size=batch_rows):
+        if not b.num_rows:
+            continue
+        src, dst, sim = (b.column(i).to_numpy() for i in range(3))
+        top = int(max(src.max(), dst.max()))
+        if top >= n or min(src.min(), dst.min()) < 0:
+            raise UserError(f"the edges table in {path} names rows outside the vector store's 0..{n - 1:,}; "
+                            "re-run the knn stage")
+        k = pair_keys(src, dst, sim, n)[0]
+        keys[filled:filled + len(k)] = k
+        filled += len(k)
+    return keys[:filled], n
 
 
 def load_graph(layout: RunLayout) -> Graph:

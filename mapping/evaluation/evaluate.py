@@ -42,7 +42,7 @@ from sciencemap.runtime import UserError, rss_mb
 from sciencemap.storage import dataset, read_json_metadata, write_text_atomic
 from sciencemap.vectors import open_vectors
 
-from mapping.cluster import pair_keys, read_edges
+from mapping.cluster import read_pair_keys
 from mapping.evaluation.mesh_accuracy import CHECK_TAG_UIS, CHECK_TAGS, TermCollector, accuracy, granularity, mesh_vectors
 from mapping.evaluation.citation_graphs import Citations, read_citations
 from mapping.evaluation.netstats import (Links, default_workers, edge_overlap, network_stats, random_graph,
@@ -201,13 +201,13 @@ def networks(layout: RunLayout, n_rows: int, cfg: EvaluateConfig, citation: Link
     the cluster stage's, read without its weights; one graph's search graph at a time, and each
     random graph drawn when its turn comes and freed once its overlaps are taken, so at most one of
     the two is held beside another graph's search graph."""
-    src, dst, sim, n = read_edges(layout)
+    keys, n = read_pair_keys(layout)
     if n != n_rows:
         raise UserError(f"the kNN graph has {n:,} nodes but the vector store {n_rows:,} rows; "
                         "re-run the knn and cluster stages")
     # the cluster stage's edges without its weights: a sort of the keys in place, no argsort and gathers
-    knn = Links.from_keys(sorted_unique(pair_keys(src, dst, sim, n)[0]), n)
-    del src, dst, sim
+    knn = Links.from_keys(sorted_unique(keys), n)
+    del keys
     if citation is not None and citation.n != n:
         raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
     order = ["knn"] + (["citation"] if citation is not None else []) + ["random"]

@@ -23,7 +23,7 @@ from sciencemap.runtime import UserError
 from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
 from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, ParallelCPM, build_graph, cluster_graph, cpm_quality,
-                             leiden, load_graph, merge_small_clusters, pair_keys, polish_cap, refine_within,
+                             leiden, load_graph, merge_small_clusters, pair_keys, polish_cap, read_pair_keys, refine_within,
                              resolution_for_target, run_cluster)
 from mapping.evaluation.netstats import Links, sorted_unique
 from mapping.knn import KnnConfig, knn_edges, run_knn
@@ -157,6 +157,27 @@ def test_load_graph_reads_int_rows_with_isolated_rows_from_the_knn_summary(tmp_p
     with pytest.raises(UserError, match="re-run the knn stage"):
         load_graph(layout)
 
+
+
+def test_read_pair_keys_reads_in_batches_what_pair_keys_gives_on_the_whole_table(tmp_path):
+    layout = RunLayout(tmp_path / "r")
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 40, 300).astype(np.int32)
+    dst = rng.integers(0, 40, 300).astype(np.int32)
+    sim = rng.uniform(-0.2, 1.0, 300).astype(np.float32)     # some dropped (≤ 0), some self links
+    _write_edges(layout, src, dst, sim, papers=45)
+    want = pair_keys(src, dst, sim, 45)[0]
+    assert 0 < len(want) < 300
+    for batch_rows in (1, 7, 1 << 22):
+        keys, n = read_pair_keys(layout, batch_rows=batch_rows)
+        assert n == 45 and np.array_equal(keys, want)
+    _write_edges(layout, src, dst, sim)                         # nothing states the rows: max row + 1
+    keys, n = read_pair_keys(layout, batch_rows=16)
+    top = int(max(src.max(), dst.max()))
+    assert n == top + 1 and np.array_equal(keys, pair_keys(src, dst, sim, top + 1)[0])
+    _write_edges(layout, src, dst, sim, papers=top)             # a row beyond the stated rows
+    with pytest.raises(UserError, match="outside the vector store's"):
+        read_pair_keys(layout, batch_rows=16)
 
 # ---------------------------------------------------------------- Leiden iterations
 
