@@ -23,8 +23,6 @@ def test_dry_run_times_every_part(tmp_path, repo_root):
     rows = {r["name"]: r for r in figures["rows"]}
     assert list(rows) == ["bare compiled forward", "embed job (loop: feed + forward + writes)", "embed job (whole call)",
                           "embed job after its first batch", "training, seed recipe 8 x 4", "training, batch 64"]
-    # the steady state leaves the first batch (feed start-up, first forward) out: faster than the loop as a whole
-    assert rows["embed job after its first batch"]["tokens_per_s"] > rows["embed job (loop: feed + forward + writes)"]["tokens_per_s"]
     assert all(r["tokens_per_s"] > 0 and r["projected_hours_33M"] > 0
                and "measured real tokens/s" in r["projection_basis"] for r in rows.values())
     assert not any("hours_33M" in r for r in rows.values())   # only under the projection's own key
