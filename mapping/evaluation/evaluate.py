@@ -210,36 +210,28 @@ def networks(layout: RunLayout, n_rows: int, cfg: EvaluateConfig, citation: Link
     del keys
     if citation is not None and citation.n != n:
         raise UserError(f"the citation graph has {citation.n:,} nodes but the kNN graph {n:,}")
-    order = ["knn"] + (["citation"] if citation is not None else []) + ["random"]
-    if cfg.random_citation_graph and citation is not None:
-        order.append("random_citation")
     workers = cfg.path_workers or default_workers()
-    stats, pairs, held = {}, {}, {}
+    order, stats, pairs, held = [], {}, {}, {}
 
-    def add(name: str, g: Links) -> None:
-        for other, h in held.items():     # the overlaps with the graphs before it
+    def measure(name: str, g: Links, drop: str | None = None) -> None:
+        """g's overlaps with the graphs held, then (with `drop` freed first) its statistics."""
+        for other, h in held.items():
             pairs[other, name] = edge_overlap(h, g)
+        held.pop(drop, None)
         held[name] = g
-
-    def measure(name: str) -> None:
-        stats[name] = network_stats(held[name], cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
+        order.append(name)
+        stats[name] = network_stats(g, cfg.path_sample, cfg.baseline_seed, path_targets=cfg.path_targets,
                                     clustering_sample=cfg.clustering_sample, name=name, path_workers=workers,
                                     path_rel_se=cfg.path_rel_se)
 
-    add("knn", knn)
-    measure("knn")
+    measure("knn", knn)
     if citation is not None:
-        add("citation", citation)
-        measure("citation")
-    add("random", random_graph(n, knn.m, cfg.random_graph_seed))
-    measure("random")
-    if "random_citation" in order:
-        add("random_citation", random_graph(n, citation.m, cfg.random_graph_seed + 1))
-        del held["random"]
-        measure("random_citation")
-    held.clear()
+        measure("citation", citation)
+    measure("random", random_graph(n, knn.m, cfg.random_graph_seed))
+    if cfg.random_citation_graph and citation is not None:
+        measure("random_citation", random_graph(n, citation.m, cfg.random_graph_seed + 1), drop="random")
     overlap = [{"a": a, "b": b, **pairs[a, b]} for i, a in enumerate(order) for b in order[i + 1:]]
-    return {"graphs": {name: stats[name] for name in order}, "overlap": overlap,
+    return {"graphs": stats, "overlap": overlap,
             "random_graph_seed": cfg.random_graph_seed,
             "path_rel_se": cfg.path_rel_se, "path_sample": sample_sizes(n, None, cfg.path_sample, None)[1]}
 
