@@ -19,7 +19,9 @@ Per size, in its own run directory under --root (inputs cached between calls):
    synthetic.write_input_vectors (the topic mixture of each paper: stand-ins, marked as such);
 4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs;
    knn with --ef-search fixed at the real-vector value (the stand-ins' near-ties would make the
-   recall tuning, not the search, the thing measured).
+   recall tuning, not the search, the thing measured);
+5. with --ingest-by-role: the map corpus and the training corpus each ingested alone (one input,
+   its own run under by_role/), which splits the projected ingest row between the two corpora.
 Every stage is its own child process; its peak memory is the peak of the summed PSS of it and
 every process under it (sampled from /proc every 0.5 s: the Spark JVM and Python workers of
 ingest and importance included), at least os.wait4's ru_maxrss, and beside it the same sum without
@@ -66,6 +68,7 @@ from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on 
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_STAGES = ("ingest", "importance", "knn", "cluster", "render", "evaluate")
+ROLES = ("map", "train")   # the generated inputs' two corpora; --ingest-by-role ingests each alone
 NODE_STAGES = ("knn", "cluster", "render", "evaluate")   # their work is on the map's nodes (the embed row too)
 # The growth model of each stage (the exponent of n its time follows at least) and why.
 MODEL = {"ingest": (1.0, "linear in papers and references (a pass over the files, a shuffle)"),
@@ -81,13 +84,16 @@ TOKENS_PER_PAPER = 232                   # real tokens per PubMed title + abstra
 NODE_CORES, NODE_MEMORY_GB = 16, 128
 
 
+def input_lines(inputs: Path, roles=("train", "map")) -> str:
+    return "".join(f'  {{ path = "{inputs / role}", format = "s2orc", source = "syn_{role}", role = "{role}" }},\n'
+                   for role in roles)
+
+
 def config_text(inputs: Path, args) -> str:
     res = ", ".join(str(r) for r in args.resolutions)
     return f"""[ingest]
 inputs = [
-  {{ path = "{inputs / 'train'}", format = "s2orc", source = "syn_train", role = "train" }},
-  {{ path = "{inputs / 'map'}", format = "s2orc", source = "syn_map", role = "map" }},
-]
+{input_lines(inputs)}]
 
 [importance]
 seed = 0
@@ -255,10 +261,39 @@ def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
         rows[stage]["commit"] = commit()
         print(stage_line(n, stage, rows[stage]), flush=True)
         save(entry)
+    if args.ingest_by_role:
+        entry["by_role"] = ingest_by_role(n, root, inputs, log, dict(earlier.get("by_role", {})) if earlier else {},
+                                          entry, save)
     summary = json.loads((run / "ingest_summary.json").read_text())
     entry["nodes"] = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0)
                          for d in summary["per_source"].values())
     return entry
+
+
+def ingest_by_role(n: int, root: Path, inputs: Path, log: Path, rows: dict, entry: dict, save) -> dict:
+    """Each corpus ingested alone (its input the only one, into <root>/n<N>/by_role/<role>): the map
+    corpus (title, abstract, bibliography: no bodies read) and the training corpus (full text,
+    sections, mentions) apart, so the ingest row can be split between them. Each role's papers end
+    up in its own run: the two runs' corpus papers add up to the whole ingest's."""
+    for role in ROLES:
+        if role in rows:
+            print(stage_line(n, f"ingest {role}", rows[role]) + f"  (measured earlier, at {rows[role].get('commit', '?')})",
+                  flush=True)
+            continue
+        where = root / "by_role" / role
+        subprocess.run(["rm", "-rf", str(where)], check=True)
+        where.mkdir(parents=True)
+        (where / "ingest.toml").write_text(f"[ingest]\ninputs = [\n{input_lines(inputs, (role,))}]\n")
+        rows[role] = child([sys.executable, "jobs/ingest.py", "--run", str(where / "run"), "--config",
+                            str(where / "ingest.toml")], log)
+        rows[role]["commit"] = commit()
+        summary = json.loads((where / "run" / "ingest_summary.json").read_text())
+        rows[role]["corpus_papers"] = sum(d.get("papers_corpus", 0) for d in summary["per_source"].values())
+        print(stage_line(n, f"ingest {role}", rows[role]) + f"  {rows[role]['corpus_papers']:,} corpus papers",
+              flush=True)
+        entry["by_role"] = rows
+        save(entry)
+    return rows
 
 
 def nodes_per_paper(run: Path, min_citations: int) -> dict:
@@ -372,6 +407,9 @@ def main() -> int:
                     help="[cluster] engine: networkit runs each resolution on every core (docs/scale.md)")
     ap.add_argument("--warm-start", action="store_true", help="[cluster] warm_start = true: each finer resolution "
                     "from the coarser one's clusters (docs/scale.md); the default clusters every resolution from nothing")
+    ap.add_argument("--ingest-by-role", action="store_true", help="after a size's stages, ingest the map corpus "
+                    "and the training corpus each alone (its CPU share splits the projected ingest row; the whole "
+                    "ingest of both is still the row)")
     ap.add_argument("--target-hours", type=float, default=4.0, help="the projected run, at most")
     ap.add_argument("--target-projected-peak-gb", type=float, default=100.0)
     Verdicts.add_arguments(ap)
@@ -479,6 +517,16 @@ def main() -> int:
         print(f"{stage:<11} {row.get('growth', float('nan')):>7.2f} {row.get('serial', float('nan')):>7.2f} "
               f"{row.get('speedup', float('nan')):>9.1f} {row['hours']:>7.2f} "
               f"{'' if row['peak_gb'] is None else format(row['peak_gb'], '.1f'):>8}  {row['basis']}")
+        if stage == "ingest" and set(ROLES) <= set(big.get("by_role", {})):
+            # each corpus alone pays its own start-up and resolution: their CPU shares split the row
+            work = {role: big["by_role"][role]["cpu_s"] for role in ROLES}
+            row["by_role"] = {}
+            for role in ROLES:
+                share = work[role] / sum(work.values())
+                row["by_role"][role] = {"hours": row["hours"] * share, "share": share}
+                print(f"  {role + ' corpus':<17} {'':>13} {row['hours'] * share:>7.2f} {'':>8}  of the row: "
+                      f"{share:.0%} of the two corpora's CPU ingested alone at {big['papers']:,} "
+                      f"({work[role]:.0f} CPU s)")
     print(f"{'total':<11} {'':>7} {'':>7} {'':>9} {total:>7.2f}")
     print("unmeasured: placement (jobs/place.py) and the GPU stages' memory; the embed and train rows "
           "are GPU projections, not runs")

@@ -341,12 +341,22 @@ def test_scale_run_goes_ingest_to_evaluate_and_misses_an_unreachable_budget(repo
     figures.write_text(json.dumps(partial))
     (tmp_path / "scale" / "n1500" / "run" / "map.png").unlink()
     p = bench(repo_root, "scale_run.py", "--sizes", 1500, "--root", tmp_path / "scale", "--target-hours", 0,
-              "--json", figures, "--resume")
+              "--json", figures, "--resume", "--ingest-by-role")
     assert p.returncode == 1, p.stderr[-3000:] + p.stdout[-3000:]
     for stage in ("ingest", "importance", "knn", "cluster"):
         assert re.search(rf"1,500 {stage} .*\(measured earlier, at [0-9a-f]{{7}}", p.stdout), stage
     for stage in ("render", "evaluate"):
         assert re.search(rf"1,500 {stage} +[0-9.]+ s +CPU .*load [0-9.]+ -> [0-9.]+$", p.stdout, re.M), stage
+    # each corpus ingested alone: their corpus papers add up to the whole ingest's, their CPU splits its row
+    alone = {role: int(re.search(rf"1,500 ingest {role} +[0-9.]+ s +CPU .* ([0-9,]+) corpus papers$", p.stdout,
+                                 re.M).group(1).replace(",", "")) for role in ("map", "train")}
+    whole = json.loads((tmp_path / "scale" / "n1500" / "run" / "ingest_summary.json").read_text())
+    assert 0 < alone["train"] < alone["map"]
+    assert alone["map"] + alone["train"] == sum(d["papers_corpus"] for d in whole["per_source"].values())
+    ingest_row = next(r for r in json.loads(figures.read_text())["projection"] if r["stage"] == "ingest")
+    split = [ingest_row["by_role"][role]["hours"] for role in ("map", "train")]
+    assert min(split) > 0 and abs(sum(split) - ingest_row["hours"]) < 1e-9
+    assert re.search(r"^  map corpus +[0-9.]+ +of the row: [0-9]+% of the two corpora's CPU", p.stdout, re.M)
     resumed = json.loads(figures.read_text())
     assert resumed["complete"] and set(resumed["sizes"][0]["stages"]) == set(first["sizes"][0]["stages"])
     assert resumed["sizes"][0]["stages"]["knn"] == first["sizes"][0]["stages"]["knn"]

@@ -49,19 +49,25 @@ def test_every_job_door_answers_help_in_all_three_forms(repo_root):
     """`python jobs/X.py --help`, `python -m jobs.X --help` and `sciencemap X --help` exit 0 with a
     usage line for every job: a door whose folder shadows a stage package (jobs/importance.py
     beside `import importance`) fails the first form otherwise."""
+    import os
     import subprocess
     import sys
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
     console = Path(sys.executable).parent / "sciencemap"
     doors = sorted(p.stem for p in (repo_root / "jobs").glob("*.py") if p.stem != "__init__")
     assert {"classify_sections", "lookup", "benchmark", "knn", "place"} <= set(doors)
-    failed = {}
-    for door in doors:
-        for form in ([sys.executable, f"jobs/{door}.py"], [sys.executable, "-m", f"jobs.{door}"],
-                     [str(console), door.replace("_", "-")]):
-            p = subprocess.run([*form, "--help"], cwd=repo_root, capture_output=True, text=True, timeout=120)
-            if p.returncode != 0 or "usage:" not in p.stdout:
-                failed[" ".join(form[1:] if form[0] == sys.executable else form[:1] + form[1:])] = \
-                    (p.returncode, p.stderr.strip().splitlines()[-1:] )
-    assert not failed, failed
+    forms = [form for door in doors
+             for form in ([sys.executable, f"jobs/{door}.py"], [sys.executable, "-m", f"jobs.{door}"],
+                          [str(console), door.replace("_", "-")])]
+
+    def ask(form):
+        return subprocess.run([*form, "--help"], cwd=repo_root, capture_output=True, text=True, timeout=120)
+
+    # 45 interpreters, most of their time imports: as many at once as there are cores
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        answers = list(pool.map(ask, forms))
+    failed = {" ".join(form[1:] if form[0] == sys.executable else form): (p.returncode, p.stderr.strip().splitlines()[-1:])
+              for form, p in zip(forms, answers) if p.returncode != 0 or "usage:" not in p.stdout}
+    assert len(answers) == 3 * len(doors) and not failed, failed
