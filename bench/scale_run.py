@@ -222,6 +222,11 @@ def stage_line(n: int, stage: str, r: dict) -> str:
             + f"  load {r['load'][0]:.1f} -> {r['load'][1]:.1f}")
 
 
+def earlier_line(n: int, stage: str, r: dict) -> str:
+    """A row kept from --json under --resume, with the commit it was measured at."""
+    return stage_line(n, stage, r) + f"  (measured earlier, at {r.get('commit', '?')})"
+
+
 def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
     """Run the stages of one size; earlier: this size's partial entry to go on from (--resume)."""
     root = args.root / f"n{n}"
@@ -251,8 +256,7 @@ def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
     entry = {"papers": n, "corpus": corpus, "settings": settings, "nodes": None, "stages": rows}
     for stage in CPU_STAGES:
         if stage in rows:
-            print(stage_line(n, stage, rows[stage]) + f"  (measured earlier, at {rows[stage].get('commit', '?')})",
-                  flush=True)
+            print(earlier_line(n, stage, rows[stage]), flush=True)
             continue
         if stage == "knn":  # the embed stage's stand-in: generated vectors for every paper
             child(synthetic("write_input_vectors", repr(str(run)), str(n), f"seed={args.seed}",
@@ -262,23 +266,27 @@ def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
         print(stage_line(n, stage, rows[stage]), flush=True)
         save(entry)
     if args.ingest_by_role:
-        entry["by_role"] = ingest_by_role(n, root, inputs, log, dict(earlier.get("by_role", {})) if earlier else {},
-                                          entry, save)
-    summary = json.loads((run / "ingest_summary.json").read_text())
-    entry["nodes"] = sum(d.get("papers_corpus", 0) + d.get("papers_title_only", 0)
-                         for d in summary["per_source"].values())
+        entry["by_role"] = dict(earlier.get("by_role", {})) if earlier else {}
+        ingest_by_role(n, root, inputs, log, entry["by_role"], lambda: save(entry))
+    entry["nodes"] = ingest_count(run, "papers_corpus", "papers_title_only")
     return entry
 
 
-def ingest_by_role(n: int, root: Path, inputs: Path, log: Path, rows: dict, entry: dict, save) -> dict:
+def ingest_count(run: Path, *counts: str) -> int:
+    """The sum over the ingest summary's sources of the named per-source counts."""
+    summary = json.loads((run / "ingest_summary.json").read_text())
+    return sum(d.get(c, 0) for d in summary["per_source"].values() for c in counts)
+
+
+def ingest_by_role(n: int, root: Path, inputs: Path, log: Path, rows: dict, save) -> None:
     """Each corpus ingested alone (its input the only one, into <root>/n<N>/by_role/<role>): the map
     corpus (title, abstract, bibliography: no bodies read) and the training corpus (full text,
     sections, mentions) apart, so the ingest row can be split between them. Each role's papers end
-    up in its own run: the two runs' corpus papers add up to the whole ingest's."""
+    up in its own run: the two runs' corpus papers add up to the whole ingest's. `rows` (role -> figures,
+    the size's entry's) is filled in place, and saved after each role."""
     for role in ROLES:
         if role in rows:
-            print(stage_line(n, f"ingest {role}", rows[role]) + f"  (measured earlier, at {rows[role].get('commit', '?')})",
-                  flush=True)
+            print(earlier_line(n, f"ingest {role}", rows[role]), flush=True)
             continue
         where = root / "by_role" / role
         subprocess.run(["rm", "-rf", str(where)], check=True)
@@ -287,13 +295,10 @@ def ingest_by_role(n: int, root: Path, inputs: Path, log: Path, rows: dict, entr
         rows[role] = child([sys.executable, "jobs/ingest.py", "--run", str(where / "run"), "--config",
                             str(where / "ingest.toml")], log)
         rows[role]["commit"] = commit()
-        summary = json.loads((where / "run" / "ingest_summary.json").read_text())
-        rows[role]["corpus_papers"] = sum(d.get("papers_corpus", 0) for d in summary["per_source"].values())
+        rows[role]["corpus_papers"] = ingest_count(where / "run", "papers_corpus")
         print(stage_line(n, f"ingest {role}", rows[role]) + f"  {rows[role]['corpus_papers']:,} corpus papers",
               flush=True)
-        entry["by_role"] = rows
-        save(entry)
-    return rows
+        save()
 
 
 def nodes_per_paper(run: Path, min_citations: int) -> dict:
@@ -520,9 +525,10 @@ def main() -> int:
         if stage == "ingest" and set(ROLES) <= set(big.get("by_role", {})):
             # each corpus alone pays its own start-up and resolution: their CPU shares split the row
             work = {role: big["by_role"][role]["cpu_s"] for role in ROLES}
+            both = sum(work.values())
             row["by_role"] = {}
             for role in ROLES:
-                share = work[role] / sum(work.values())
+                share = work[role] / both
                 row["by_role"][role] = {"hours": row["hours"] * share, "share": share}
                 print(f"  {role + ' corpus':<17} {'':>13} {row['hours'] * share:>7.2f} {'':>8}  of the row: "
                       f"{share:.0%} of the two corpora's CPU ingested alone at {big['papers']:,} "
