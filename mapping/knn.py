@@ -27,7 +27,10 @@ Resumable, the faiss contrib big_batch_search pattern: each query block's (D, I)
 `knn_work/blocks/` (one atomic file per block) next to `fingerprint.json` (vectors, k, index
 settings, seed, block size, device), the trained/filled index and the tuned value; a restarted
 stage skips the finished blocks and searches the same saved index with the same value. A changed
-fingerprint is refused (resume=False starts over). knn_work is removed once the edges are written.
+fingerprint is refused (resume=False starts over). knn_work is removed once the edges are written;
+its filled approximate index is kept in `knn_index/` (keep_index, KeptIndex) beside the
+fingerprint of the vectors and build settings it was made from, so that placing new papers on the
+map searches it instead of building it again.
 
 Output: `edges` (src, dst int32 vector-store rows, similarity float32, rank int16), directed,
 rank 1 = nearest, self-matches removed; part files per query-block range; the summary (index,
@@ -64,6 +67,7 @@ log = logging.getLogger(__name__)
 
 INDEXES = ("auto", "flat", "ivf_sq8", "ivf_pq", "ivf_flat", "hnsw_sq8", "hnsw_flat")
 WORK_FORMAT = 2
+KEPT_FORMAT = 1   # knn_index/ (KeptIndex)
 GATHER_BYTES = 32 << 20   # re-ranking and recall: float32 scratch per chunk
 # The tuning schedules: nprobe (IVF lists visited) and efSearch (HNSW candidate list), each step about
 # 1.5x the one before, so the chosen value is within 1.5x of the least that meets the target.
@@ -106,6 +110,10 @@ class KnnConfig:
                                       "database may fill (float32 where it fits, else float16, else tiles streamed)")
     rerank_threads: int = setting(0, "threads that gather and score re-rank candidates; 0 = all cores")
     resume: bool = setting(True, "continue a killed search from knn_work (--no-resume: start over)")
+    keep_index: bool = setting(True, "approximate indexes: keep the built index in knn_index/ for placing new "
+                               "papers (`place`), which then loads it instead of building it again; its size "
+                               "is the index's memory (codes + links: ≈ 34 GB at 33M × 768-d hnsw_sq8); "
+                               "--no-keep-index: removed")
 
 
 # ---------------------------------------------------------------- devices and memory
@@ -681,6 +689,88 @@ class WorkDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+class KeptIndex:
+    """`<run>/knn_index/`: one filled approximate index (index.faiss) and the fingerprint of what it
+    was built from (the vector store's source, dtype and shape, the index's build settings:
+    index_settings). Placement loads it where the fingerprint matches its own plan and builds
+    otherwise (then keeps what it built when `keep` is set). Passed where make_searcher takes a
+    WorkDir: only the filled index is kept, the trained one is not.
+
+    Written in an order a kill cannot corrupt: the fingerprint goes first and comes back last, so
+    an index file without one is never trusted (and is replaced)."""
+
+    INDEX, FINGERPRINT = "index.faiss", "fingerprint.json"
+
+    def __init__(self, path: Path, fingerprint: dict, keep: bool = True):
+        self.path, self.fingerprint, self.keep = Path(path), fingerprint, keep
+        self.loaded = self.saved = False
+
+    def _index_file(self) -> Path:
+        return self.path / self.INDEX
+
+    def matches(self) -> bool:
+        try:
+            return json.loads((self.path / self.FINGERPRINT).read_text()) == self.fingerprint \
+                and self._index_file().is_file()
+        except (OSError, ValueError):
+            return False
+
+    def load_index(self, stage: str):
+        if stage != "filled" or not self.matches():
+            return None
+        index = faiss.read_index(str(self._index_file()))
+        self.loaded = True
+        return index
+
+    def save_index(self, stage: str, index) -> None:
+        if stage != "filled" or not self.keep:
+            return
+        self._start()
+        with atomic_file(self._index_file()) as tmp:
+            faiss.write_index(index, str(tmp))
+        self._finish()
+
+    def adopt(self, index_file: Path) -> None:
+        """Keep an index written elsewhere (the knn stage's knn_work) by moving it here."""
+        self._start()
+        os.replace(index_file, self._index_file())
+        self._finish()
+
+    def _start(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / self.FINGERPRINT).unlink(missing_ok=True)
+
+    def _finish(self) -> None:
+        write_json_atomic(self.path / self.FINGERPRINT, self.fingerprint)
+        self.saved = True
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def origin(self) -> str:
+        """Where the searched index came from, for the summary."""
+        if self.loaded:
+            return f"loaded from {self.path}"
+        return f"built here, kept in {self.path}" if self.saved else "built here"
+
+
+def index_settings(p: Plan, cfg: KnnConfig) -> dict:
+    """The settings that decide an approximate index's content (not how it is searched)."""
+    s = {"index": p.kind, "seed": cfg.seed}
+    if p.kind.startswith("ivf"):
+        s.update(nlist=p.nlist, train_per_list=cfg.train_per_list, kmeans_iter=cfg.kmeans_iter, pq_m=p.pq_m)
+    else:
+        s.update(hnsw_m=cfg.hnsw_m, ef_construction=cfg.ef_construction)
+    return s
+
+
+def kept_index(layout: RunLayout, vectors_meta: dict, p: Plan, cfg: KnnConfig, keep: bool = True) -> KeptIndex:
+    """The run's KeptIndex for an approximate plan over its vector store."""
+    vectors = {key: vectors_meta.get(key) for key in ("source", "dtype", "rows", "dim")}
+    return KeptIndex(layout.knn_index_dir, {"format": KEPT_FORMAT, "vectors": vectors,
+                                            "index": index_settings(p, cfg)}, keep)
+
+
 # ---------------------------------------------------------------- entry points
 
 
@@ -860,6 +950,13 @@ def run_knn(cfg: KnnConfig, layout: RunLayout, on_block: Callable[[int], None] |
     for leftover in layout.root.glob(f".{layout.table('edges').name}.tmp-*"):  # a write killed half-way
         shutil.rmtree(leftover, ignore_errors=True)
     summary["edges"] = _write_edges(work, starts, p, layout, summary)
+    if p.kind != "flat":
+        kept = kept_index(layout, vec.meta, p, cfg)
+        if cfg.keep_index and work.index_file("filled").is_file():
+            kept.adopt(work.index_file("filled"))
+            summary["index_kept"] = str(kept.path)
+        elif not cfg.keep_index:
+            kept.remove()
     work.remove()
     summary["total_s"] = round(time.perf_counter() - t0, 3)
     log.info("knn: %s", summary)

@@ -10,7 +10,10 @@ run's model (`[embed] model = "<map run>/model"`), then:
 1. the new papers' vectors (their run's vector store, converted from its embeddings),
 2. their k nearest papers on the map: the knn stage's search (mapping.knn: exact below
    `exact_below` map papers, an approximate index with exact re-ranking above) over the map run's vector store,
-   with the map graph's index settings and its tuned nprobe (mapping.knn.map_search_config),
+   with the map graph's index settings and its tuned nprobe (mapping.knn.map_search_config); the
+   approximate index is the one the map's knn stage kept in <map run>/knn_index/ where it was built
+   from the same vectors with the same settings (mapping.knn.KeptIndex), else built here and kept
+   there for the next call (`keep_index`),
 3. a topic each: the map topic with the largest summed similarity among those neighbours (papers
    whose topic is not on the map do not vote); a paper none of whose neighbours is in a map topic
    is left unplaced, with the reason,
@@ -31,13 +34,16 @@ the title-only papers their reference lists name are in the new run too (they ar
 the new run's own map) and would otherwise be "placed" by their titles alone.
 
 Scale: the new vectors are read in blocks of `block_size`; per new paper the stage keeps its
-topic, position and two floats. 1M new papers on a 1M-paper map: bench/placement.py.
+topic, position and two floats. Beside them the map's index: loaded, it costs the read of its file
+(≈ 34 GB at 33M × 768-d hnsw_sq8) instead of its build (≈ 53 min on 16 cores, docs/scale.md).
+1M new papers on a 1M-paper map: bench/placement.py.
 """
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import dataclass, fields as dc_fields
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -54,7 +60,8 @@ from sciencemap.storage import dataset, read_json_metadata, read_table, require_
 from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
 
 from mapping.io import cluster_labels, load_row_meta
-from mapping.knn import INDEXES, KnnConfig, make_plan, make_searcher, map_search_config, tune
+from mapping.knn import (INDEXES, KeptIndex, KnnConfig, Plan, kept_index, make_plan, make_searcher,
+                         map_search_config, tune)
 from mapping.layout import LocalLayout
 from mapping.render import CITED_ONLY, RenderConfig, draw_pngs, map_categories, write_html
 
@@ -79,6 +86,9 @@ class PlaceConfig:
     redraw: bool = setting(True, "draw the map PNGs again with the placed papers, under <map run>/placed_maps/ "
                                  "(the map's own files are never touched; --no-redraw: only the table)")
     gpu: str = setting("auto", "FAISS on the GPU as in [knn]", choices=("auto", "never", "require"))
+    keep_index: bool = setting(True, "an approximate index built here (the map's knn stage kept none, or kept "
+                               "one of other settings) is kept in <map run>/knn_index/ for the next call, "
+                               "as [knn] keep_index")
 
 
 def vote_topics(D: np.ndarray, I: np.ndarray, topic_of_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,15 +147,20 @@ def load_map(layout: RunLayout, n: int) -> MapState:
 
 
 def place_vectors(X_map, state: MapState, Q_store, ids: np.ndarray, cfg: PlaceConfig, exclude: np.ndarray,
-                  knn_meta: dict | None = None):
+                  knn_meta: dict | None = None, kept: Callable[[Plan, KnnConfig], KeptIndex] | None = None):
     """Topic, position, vote share and nearest similarity of each row of the new store. `knn_meta`:
-    the map's kNN graph summary, whose index settings and tuned nprobe / ef_search the search reuses."""
+    the map's kNN graph summary, whose index settings and tuned nprobe / ef_search the search reuses;
+    `kept(plan, settings)`: the map's kept index (mapping.knn.KeptIndex), loaded instead of built
+    where it was built from the same vectors with the same settings."""
     n_new, dim = Q_store.shape
     kcfg = map_search_config(knn_meta or {}, KnnConfig(k=cfg.k, index=cfg.index, exact_below=cfg.exact_below,
                                                        block_size=cfg.block_size, gpu=cfg.gpu), X_map.shape[0], dim)
     plan = make_plan(kcfg, X_map.shape[0], dim)
-    searcher, build_s = make_searcher(X_map, plan, kcfg)
+    index = kept(plan, kcfg) if kept is not None and plan.kind != "flat" else None
+    searcher, build_s = make_searcher(X_map, plan, kcfg, index)
     search = {"index": plan.kind}
+    if index is not None:
+        search["index_from"] = index.origin()
     if plan.param:
         tuning = tune(searcher, X_map, plan, kcfg)
         search[plan.param] = tuning["value"]
@@ -221,7 +236,9 @@ def run_place(cfg: PlaceConfig, layout: RunLayout) -> dict:
     edges = layout.table("edges")
     knn_meta = read_json_metadata(edges, EDGES_META_KEY) if edges.exists() else {}
     skip = on_map | title_only
-    topic, share, nearest, xy, search = place_vectors(vec.X, state, new_vec.X, ids, cfg, skip, knn_meta)
+    topic, share, nearest, xy, search = place_vectors(
+        vec.X, state, new_vec.X, ids, cfg, skip, knn_meta,
+        kept=lambda plan, kcfg: kept_index(layout, vec.meta, plan, kcfg, keep=cfg.keep_index))
     reason = np.full(len(ids), None, dtype=object)
     reason[title_only] = "title-only cited paper (papers = corpus)"
     reason[on_map] = "already on the map"

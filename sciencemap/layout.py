@@ -42,6 +42,11 @@ class RunLayout:
         return self.root / "knn_work"
 
     @property
+    def knn_index_dir(self) -> Path:
+        """The kNN stage's approximate index, kept for placing new papers (mapping.knn.KeptIndex)."""
+        return self.root / "knn_index"
+
+    @property
     def ingest_work_dir(self) -> Path:
         """The readers' records as Parquet per record kind while ingest runs (importance.ingest.staged_records)."""
         return self.root / "ingest_work"

@@ -94,6 +94,9 @@ def test_ivf_sq8_reranked_recall_and_edges_contract(tmp_path, make_run):
     assert s["index"] == "ivf_sq8" and s["papers"] == n and s["recall_queries"] == 300
     assert s["recall_at_k"] >= 0.95
     assert not layout.knn_work_dir.exists(), "knn_work is removed once the edges are written"
+    # ... its filled index kept for placement, with what it was built from
+    kept = faiss.read_index(str(layout.knn_index_dir / "index.faiss"))
+    assert s["index_kept"] == str(layout.knn_index_dir) and kept.ntotal == 2000 and kept.nlist == s["nlist"]
     # contract: int32 rows, float32 similarity, int16 rank, the summary in every part's metadata
     for part in table_files(layout.table("edges")):
         schema = pq.read_schema(part)
@@ -320,3 +323,43 @@ def test_map_search_config_reuses_the_graphs_tuned_setting(tmp_path, make_run):
     other = map_search_config(meta, KnnConfig(k=8, index="hnsw_sq8"), 600, 16)
     assert other.ef_search == 0 and other.nprobe == 0 and other.target_recall == 0.97   # tuned afresh, same target
     assert map_search_config({}, KnnConfig(k=8), 600, 16) == KnnConfig(k=8)
+
+
+def test_the_kept_index_is_loaded_only_for_the_vectors_and_settings_it_was_built_from(tmp_path, make_run):
+    """knn_index/ (KeptIndex): what placement loads instead of building; a change of the vectors or of
+    a build setting, or an index file a kill left without its fingerprint, is built again."""
+    from mapping.knn import kept_index, make_plan, make_searcher
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=100, dim=16, noise=0.4)
+    cfg = KnnConfig(k=8, index="hnsw_sq8", recall_queries=100)
+    s = run_knn(cfg, layout)
+    meta = open_vectors(layout).meta
+    X = open_vectors(layout).X
+    p = make_plan(cfg, 600, 16)
+    same = kept_index(layout, meta, p, cfg)
+    searcher, _ = make_searcher(X, p, cfg, same)
+    assert same.loaded and not same.saved and searcher.index.ntotal == 600
+    assert same.origin() == f"loaded from {layout.knn_index_dir}"
+    searcher.set_param(s["ef_search"])
+    # the loaded index finds the graph's lists: its own rows first, their neighbours as the stage found them
+    D, I = searcher.search(np.asarray(X[:50]), 9)
+    e = edges_of(layout)
+    assert (I[:, 0] == np.arange(50)).all() and (lists(e["src"], e["dst"], 600, 8)[:50] == I[:, 1:]).mean() >= 0.99
+    # other build settings, or other vectors: not loaded; built, then kept in its place
+    for changed_cfg, changed_meta in ((KnnConfig(k=8, index="hnsw_sq8", hnsw_m=16), meta),
+                                      (cfg, {**meta, "source": "another embed run"})):
+        other = kept_index(layout, changed_meta, make_plan(changed_cfg, 600, 16), changed_cfg)
+        make_searcher(X, make_plan(changed_cfg, 600, 16), changed_cfg, other)
+        assert not other.loaded and other.saved and other.origin() == f"built here, kept in {layout.knn_index_dir}"
+        assert not kept_index(layout, meta, p, cfg).matches()
+    # keep = False: built, nothing written
+    (layout.knn_index_dir / "fingerprint.json").unlink()
+    mtime = (layout.knn_index_dir / "index.faiss").stat().st_mtime_ns
+    quiet = kept_index(layout, meta, p, cfg, keep=False)
+    make_searcher(X, p, cfg, quiet)
+    assert quiet.origin() == "built here" and (layout.knn_index_dir / "index.faiss").stat().st_mtime_ns == mtime
+    # an index file without its fingerprint (a kill between the two) is not trusted
+    assert not quiet.matches() and kept_index(layout, meta, p, cfg).load_index("filled") is None
+    # the stage with keep_index = false removes what was kept
+    run_knn(KnnConfig(k=8, index="hnsw_sq8", recall_queries=100, keep_index=False), layout)
+    assert not layout.knn_index_dir.exists()

@@ -101,8 +101,18 @@ def test_new_papers_land_in_the_topic_of_their_cluster_without_moving_the_map(tm
     knn = run_knn(KnnConfig(k=10, index="ivf_sq8", recall_queries=100), layout)
     s = run_place(PlaceConfig(new=str(new.root), k=10, index="ivf_sq8", redraw=False), layout)
     assert s["index"] == "ivf_sq8" and s["nprobe"] == knn["nprobe"] and s["search_from"] == "the map's kNN graph"
-    got = read_table(layout.table("placed")).to_pandas()["cluster"].to_numpy()[:60]
+    # ... over the index the knn stage kept, not one built again
+    assert s["index_from"] == f"loaded from {layout.knn_index_dir}"
+    loaded = read_table(layout.table("placed")).to_pandas()
+    got = loaded["cluster"].to_numpy()[:60]
     assert (got == tn).mean() >= 0.95
+    # without it: built here (the same seeded IVF), the same placements, and kept for the next call
+    (layout.knn_index_dir / "index.faiss").unlink()
+    s = run_place(PlaceConfig(new=str(new.root), k=10, index="ivf_sq8", redraw=False), layout)
+    assert s["index_from"] == f"built here, kept in {layout.knn_index_dir}"
+    assert read_table(layout.table("placed")).to_pandas().equals(loaded)
+    s = run_place(PlaceConfig(new=str(new.root), k=10, index="ivf_sq8", redraw=False), layout)
+    assert s["index_from"] == f"loaded from {layout.knn_index_dir}"
 
 
 def test_place_needs_a_rendered_map_and_matching_vectors(tmp_path, make_run):
