@@ -63,10 +63,12 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
         F.struct(F.lit(4).alias("prio"), F.concat(F.lit("ty:"), "title_norm", F.lit("|"),
                                                   F.col("year").cast("string")).alias("key")),
     )).alias("c")).where(F.col("c.key").isNotNull()).select("citing_id", "ref_key", "c.prio", "c.key")
-    hits = (cand.join(keys, "key").where(F.col("paper_id") != F.col("citing_id"))
+    hits = (cand.join(keys.hint("shuffle_hash"), "key").where(F.col("paper_id") != F.col("citing_id"))
             .groupBy("citing_id", "ref_key")
             .agg(F.min_by("paper_id", F.struct("prio", "paper_id")).alias("resolved_id")))
-    r = refs.join(hits, ["citing_id", "ref_key"], "left")
+    # shuffled hash joins, the corpus keys and then the hits as the build tables: sort-merge joins
+    # would sort every candidate key and then every (wide) reference row to meet them
+    r = refs.join(hits.hint("shuffle_hash"), ["citing_id", "ref_key"], "left")
     fallback = F.when(F.col("title_norm").isNotNull(), F.concat(F.lit("ref:"), F.substring(
         F.sha1(F.concat("title_norm", F.lit("|"), F.coalesce(F.col("year").cast("string"), F.lit("")))), 1, 16)))
     raw_fallback = F.when(raw_norm(F.col("raw")) != "", F.concat(F.lit("ref:"), F.substring(F.sha1(raw_norm(F.col("raw"))), 1, 16)))
@@ -96,14 +98,20 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
 def cited_only_papers(unresolved: DataFrame, min_citations: int = 1) -> DataFrame:
     """One papers row per unresolved cited_id, with `kept` and `mapped` (module docstring);
     metadata from its first reference that has a title (order: has title, citing_id, ref_key), so
-    the choice is deterministic."""
-    order = F.struct(F.col("title").isNull().alias("no_title"), "citing_id", "ref_key")
-    rows = unresolved.groupBy("cited_id").agg(
-        F.min_by("title", order).alias("title"), F.min_by("authors", order).alias("authors"),
-        F.min_by("year", order).alias("year"), F.min_by("citing_source", order).alias("source"),
-        F.min_by("title_norm", order).alias("title_norm"),
+    the choice is deterministic.
+
+    Two aggregates joined by cited_id, not one: a count of distinct citing papers beside the other
+    aggregates makes Spark expand every row in two and sort the wide rows twice; here the count runs
+    over the narrow columns and the metadata is one min over a struct led by the order (unique per
+    reference, so the same row as min_by)."""
+    counts = unresolved.select("cited_id", "citing_id", "citing_mapped", "citing_fulltext").groupBy("cited_id").agg(
         F.countDistinct(F.when(F.col("citing_mapped"), F.col("citing_id"))).alias("_cited_by"),
         F.max(F.coalesce("citing_fulltext", F.lit(False))).alias("_by_fulltext"))
+    first = F.min(F.struct(F.col("title").isNull().alias("no_title"), "citing_id", "ref_key", "title", "authors",
+                           "year", F.col("citing_source").alias("source"), "title_norm")).alias("m")
+    rows = (unresolved.groupBy("cited_id").agg(first)
+            .select("cited_id", "m.title", "m.authors", "m.year", "m.source", "m.title_norm")
+            .join(counts, "cited_id"))
     mapped = (F.lit(min_citations) > 0) & (F.col("_cited_by") >= F.lit(min_citations))
     return rows.select(F.col("cited_id").alias("paper_id"), "title", F.lit(None).cast("string").alias("abstract"),
                        "authors", "year", F.lit(None).cast("string").alias("venue"),
