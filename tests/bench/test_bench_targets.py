@@ -303,6 +303,30 @@ def test_ingest_roles_misses_an_unreachable_ratio(repo_root, tmp_path):
     assert summary(p) == (1, 0, 1)
 
 
+def test_ingest_profile_splits_the_cpu_and_misses_on_tables_that_differ(repo_root, test_data, tmp_path):
+    """One real ingest under the profiler: its CPU by thread kind and its Spark writes are printed,
+    the thread sample covers the measured CPU, and a run whose tables differ is a miss."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "p.jsonl").write_bytes((test_data / "unarxive-4.jsonl").read_bytes())
+    config = tmp_path / "ingest.toml"
+    config.write_text(f'[ingest]\ninputs = [{{ path = "{tmp_path / "in"}", format = "unarxive", source = "ua" }}]\n')
+    other = tmp_path / "other"
+    (other / "papers").mkdir(parents=True)
+    pq.write_table(pa.table({"paper_id": ["not:this"]}), other / "papers" / "part-0.parquet")
+    p = bench(repo_root, "ingest_profile.py", "--config", config, "--run", tmp_path / "run", "--same-as", other)
+    assert p.returncode == 1, p.stderr[-3000:]
+    for kind in ("JVM: Spark tasks", "JVM: JIT compiler", "Python: readers (Spark workers)", "Python: the driver"):
+        assert re.search(rf"^  {re.escape(kind)} +{FIGURE} s +{FIGURE}$", p.stdout, re.M), (kind, p.stdout)
+    for table in ("papers", "references"):
+        assert re.search(rf"^  write \.{table}\.tmp-\w+ +{FIGURE}s +{FIGURE}s", p.stdout, re.M), (table, p.stdout)
+    verdict(p, "the thread sample sees >= 90% of the measured CPU", "met")
+    line = verdict(p, f"every table equals {other}'s", "MISSED")
+    assert "papers" in line and "references (in one run only)" in line
+    assert summary(p) == (1, 0, 1)
+    profile = json.loads((tmp_path / "run" / "profile.json").read_text())
+    assert profile["cpu_s"] > 0 and sum(profile["threads"].values()) >= 0.9 * profile["cpu_s"]
+
+
 def test_reader_speed_misses_an_unreachable_ratio(repo_root, tmp_path):
     """The S2ORC reader against json.loads on a small generated corpus: both roles print their
     row, and a reader no slower than json.loads (ratio <= 0.5) is out of reach."""

@@ -1,0 +1,273 @@
+"""Where an ingest's CPU goes: by thread kind, and by Spark SQL execution (issue 27's largest CPU row).
+
+    .venv/bin/python bench/ingest_profile.py --config my_ingest.toml --run /tmp/prof_run
+    .venv/bin/python bench/ingest_profile.py --config my_ingest.toml --run /tmp/new --same-as /tmp/old
+
+Runs `jobs/ingest.py --run RUN --config CONFIG` as its own process (scale_run.child: wall, CPU and
+peak of the whole process tree) with Spark's event log on (a copy of the Spark conf dir with
+spark.eventLog.* added; the settings given there stay), and meanwhile samples the CPU time of
+every thread of that tree once a second (/proc/<pid>/task/<tid>/stat; a thread's last reading
+counts). Prints:
+- the CPU by thread kind: the Spark tasks (JVM executor threads), the JIT compiler, the garbage
+  collector, the rest of the JVM, the Python readers (Spark's Python workers) and the driver's
+  Python. The JIT compiles each stage's generated code once: a fixed cost that a fit over sizes
+  puts in its constant term, whereas the tasks and the readers grow with the papers;
+- each SQL execution (named by the table or stash it writes) and the readers' parse job: wall
+  time, the executor threads' CPU, rows read and written. CPU outside the executor threads (JIT,
+  GC, Python) is not attributed to executions.
+
+Verdicts (exit 1 on a miss, --no-fail: 0): the thread sample accounts for at least --coverage
+(0.9) of the tree's measured CPU (a sample that missed threads says nothing); with --same-as OTHER
+(a run of the same input, e.g. at another commit): every ingested table equals OTHER's, sorted by
+its keys, and the CPU ratio this / OTHER's is printed when OTHER was profiled by this script
+(its profile.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TICK = os.sysconf("SC_CLK_TCK")
+# the tables ingest writes and the keys that order their rows for the comparison
+TABLE_KEYS = {"papers": ["paper_id"], "references": ["citing_id", "ref_key"],
+              "mentions": ["citing_id", "ref_key", "section_class", "position", "context"],
+              "rejects": ["source_file", "record_id", "stage", "reason"], "files": ["path"],
+              "warnings": ["source_file", "record_id", "warning"]}
+
+
+def thread_kind(name: str, python: bool, driver: bool) -> str:
+    """A thread's kind from its process and its name (/proc comm, at most 15 characters)."""
+    if python:
+        return "Python: the driver" if driver else "Python: readers (Spark workers)"
+    if name.startswith("Executor task"):
+        return "JVM: Spark tasks"
+    if "CompilerThre" in name:
+        return "JVM: JIT compiler"
+    if name.startswith(("GC Thread", "G1 ")) or name == "VM Thread":
+        return "JVM: garbage collector"
+    return "JVM: other threads"
+
+
+class ThreadSampler:
+    """Once a second, the CPU time of every thread of the processes descending from `root`."""
+
+    def __init__(self, root: int, every: float = 1.0):
+        self.root, self.every = root, every
+        self.last: dict[tuple[int, int], tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[tuple[int, str]]:
+        """(pid, comm) of root and its descendants."""
+        parent, comm = {}, {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    s = open(f"/proc/{d}/stat").read()
+                except OSError:
+                    continue
+                comm[int(d)] = s[s.index("(") + 1:s.rindex(")")]
+                parent[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
+        out, todo = [], [self.root]
+        while todo:
+            p = todo.pop()
+            out.append((p, comm.get(p, "")))
+            todo += [c for c, pp in parent.items() if pp == p]
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for pid, pcomm in self._tree():
+                python = pcomm.startswith("python")
+                try:
+                    tids = os.listdir(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        s = open(f"/proc/{pid}/task/{tid}/stat").read()
+                    except OSError:
+                        continue
+                    f = s[s.rindex(")") + 2:].split()
+                    kind = thread_kind(s[s.index("(") + 1:s.rindex(")")], python, pid == self.root)
+                    self.last[(pid, int(tid))] = (kind, (int(f[11]) + int(f[12])) / TICK)
+
+    def stop(self) -> Counter:
+        self._stop.set()
+        self._thread.join()
+        by_kind: Counter = Counter()
+        for kind, cpu in self.last.values():
+            by_kind[kind] += cpu
+        return by_kind
+
+
+def event_log_conf(events: Path) -> Path:
+    """A Spark conf dir: the one in use (its files copied) with the event log on, written to `events`."""
+    from importance.ingest.spark import _spark_conf_dir
+
+    conf = Path(tempfile.mkdtemp(prefix="ingest_profile_conf_"))
+    src = _spark_conf_dir()
+    if src is not None and src.is_dir():
+        for f in src.iterdir():
+            if f.is_file():
+                shutil.copy(f, conf / f.name)
+    with open(conf / "spark-defaults.conf", "a") as f:
+        f.write(f"\nspark.eventLog.enabled true\nspark.eventLog.dir {events.absolute().as_uri()}\n"
+                "spark.eventLog.compress false\n")
+    return conf
+
+
+def executions(log: Path, run: Path) -> list[dict]:
+    """Per SQL execution (and the jobs outside one: the readers' parse): what it writes, wall
+    seconds, executor CPU and run time, rows read, shuffled and written, from Spark's event log."""
+    rows: dict = defaultdict(lambda: {"what": "", "wall_s": 0.0, "cpu_s": 0.0, "run_s": 0.0, "read": 0,
+                                      "shuffled": 0, "written": 0})
+    job_exec, stage_exec = {}, {}
+    for line in open(log):
+        e = json.loads(line)
+        ev = e["Event"]
+        if ev.endswith("SQLExecutionStart"):
+            plan = e.get("physicalPlanDescription", "")
+            m = re.search(r"Execute InsertIntoHadoopFsRelationCommand\nInput: .*\nArguments: file:([^,]+),", plan)
+            r = rows[e["executionId"]]
+            r["what"] = ("write " + os.path.relpath(m.group(1), run)) if m else e["description"]
+            r["t0"] = e["time"]
+        elif ev.endswith("SQLExecutionEnd"):
+            rows[e["executionId"]]["wall_s"] = (e["time"] - rows[e["executionId"]].get("t0", e["time"])) / 1e3
+        elif ev == "SparkListenerJobStart":
+            x = e.get("Properties", {}).get("spark.sql.execution.id")
+            job_exec[e["Job ID"]] = int(x) if x is not None else "parse"
+            for s in e["Stage IDs"]:
+                stage_exec[s] = job_exec[e["Job ID"]]
+        elif ev == "SparkListenerStageCompleted":
+            si = e["Stage Info"]
+            acc = {a["Name"]: int(a.get("Value") or 0) for a in si.get("Accumulables", [])
+                   if str(a.get("Value", "")).lstrip("-").isdigit()}
+            x = stage_exec.get(si["Stage ID"], "parse")
+            r = rows[x]
+            if x == "parse":
+                r["what"] = "readers' parse (Python workers)"
+                r["wall_s"] += (si.get("Completion Time", 0) - si.get("Submission Time", 0)) / 1e3
+            r["cpu_s"] += acc.get("internal.metrics.executorCpuTime", 0) / 1e9
+            r["run_s"] += acc.get("internal.metrics.executorRunTime", 0) / 1e3
+            r["read"] += acc.get("internal.metrics.input.recordsRead", 0)
+            r["shuffled"] += acc.get("internal.metrics.shuffle.write.recordsWritten", 0)
+            r["written"] += acc.get("internal.metrics.output.recordsWritten", 0)
+    return [{"execution": k, **{a: b for a, b in v.items() if a != "t0"}} for k, v in rows.items()]
+
+
+def same_tables(run: Path, other: Path) -> list[str]:
+    """The ingested tables that differ between two runs (rows sorted by TABLE_KEYS)."""
+    import pyarrow.parquet as pq
+
+    differ = []
+    for name, keys in TABLE_KEYS.items():
+        a, b = run / name, other / name
+        if not a.exists() and not b.exists():
+            continue
+        if not (a.exists() and b.exists()):
+            differ.append(f"{name} (in one run only)")
+            continue
+        x, y = pq.read_table(a), pq.read_table(b)
+        if sorted(x.column_names) != sorted(y.column_names):
+            differ.append(f"{name} (columns)")
+            continue
+        cols = sorted(x.column_names)
+        order = [(k, "ascending") for k in keys if k in cols] + [(c, "ascending") for c in cols if c not in keys
+                                                                    and not str(x.schema.field(c).type).startswith(("list", "struct", "map"))]
+        if not x.select(cols).sort_by(order).equals(y.select(cols).sort_by(order)):
+            differ.append(name)
+    return differ
+
+
+def run_sampled(cmd: list[str], env: dict, log: Path) -> tuple[dict, Counter]:
+    """Run cmd: its process tree's wall, CPU and peak (as scale_run.child) and its CPU by thread kind."""
+    import subprocess
+
+    from scale_run import TreeSampler  # bench/scale_run.py
+
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        tree, threads = TreeSampler(p.pid), ThreadSampler(p.pid)
+        _, status, usage = os.wait4(p.pid, 0)
+        peak, _, cpu = tree.stop()
+        kinds = threads.stop()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"ingest failed; see {log}")
+    return {"seconds": time.perf_counter() - t0, "cpu_s": max(cpu, usage.ru_utime + usage.ru_stime),
+            "peak_rss_bytes": max(peak, usage.ru_maxrss * 1024),
+            "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}, kinds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", type=Path, required=True, help="a TOML with the [ingest] inputs")
+    ap.add_argument("--run", type=Path, required=True, help="run directory (its tables are replaced)")
+    ap.add_argument("--same-as", type=Path, help="a run of the same input whose tables must be equal")
+    ap.add_argument("--coverage", type=float, default=0.9, help="least share of the measured CPU the thread "
+                    "sample must see")
+    Verdicts.add_arguments(ap)
+    args = ap.parse_args()
+    v = Verdicts()
+
+    args.run.mkdir(parents=True, exist_ok=True)
+    events = args.run / "profile_events"
+    shutil.rmtree(events, ignore_errors=True)
+    events.mkdir()
+    conf = event_log_conf(events)
+    env = dict(os.environ, SPARK_CONF_DIR=str(conf))
+    cmd = [sys.executable, str(REPO / "jobs" / "ingest.py"), "--run", str(args.run), "--config", str(args.config)]
+    r, kinds = run_sampled(cmd, env, args.run / "profile.log")
+    shutil.rmtree(conf, ignore_errors=True)
+    logs = sorted(p for p in events.rglob("*") if p.is_file() and not p.name.startswith("appstatus"))
+    execs = executions(logs[-1], args.run.absolute()) if logs else []
+
+    print(f"ingest: {r['seconds']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak {r['peak_rss_bytes'] / 2**30:.2f} GiB, "
+          f"load {r['load'][0]} -> {r['load'][1]}")
+    seen = sum(kinds.values())
+    print(f"\nCPU by thread kind (sampled once a second: {seen:.1f} s seen of {r['cpu_s']:.1f} s):")
+    for kind, cpu in kinds.most_common():
+        print(f"  {kind:<34} {cpu:9.1f} s  {cpu / max(seen, 1e-9):6.1%}")
+    print("\nSpark executions (executor threads' CPU only):")
+    print(f"  {'':<44} {'wall':>8} {'CPU':>8} {'rows read':>12} {'shuffled':>12} {'written':>12}")
+    for e in sorted(execs, key=lambda e: -e["cpu_s"]):
+        if e["wall_s"] >= 0.5 or e["cpu_s"] >= 0.5:
+            print(f"  {e['what'][-44:]:<44} {e['wall_s']:7.1f}s {e['cpu_s']:7.1f}s {e['read']:>12,} "
+                  f"{e['shuffled']:>12,} {e['written']:>12,}")
+    profile = {"run": str(args.run), "config": str(args.config), **r, "threads": dict(kinds), "executions": execs}
+    (args.run / "profile.json").write_text(json.dumps(profile, indent=1))
+
+    v.check(f"the thread sample sees >= {args.coverage:.0%} of the measured CPU", seen >= args.coverage * r["cpu_s"],
+            f"{seen:.1f} of {r['cpu_s']:.1f} s")
+    if args.same_as:
+        differ = same_tables(args.run, args.same_as)
+        v.check(f"every table equals {args.same_as}'s", not differ, ", ".join(differ) or "all equal")
+        other = args.same_as / "profile.json"
+        if other.is_file():
+            o = json.loads(other.read_text())
+            print(f"\nagainst {args.same_as}: CPU {r['cpu_s']:.1f} / {o['cpu_s']:.1f} s = {r['cpu_s'] / o['cpu_s']:.3f}, "
+                  f"wall {r['seconds']:.1f} / {o['seconds']:.1f} s = {r['seconds'] / o['seconds']:.3f}")
+            for kind in sorted(set(kinds) | set(o["threads"])):
+                print(f"  {kind:<34} {kinds.get(kind, 0):9.1f} s against {o['threads'].get(kind, 0):9.1f} s")
+    return v.finish(args.no_fail)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
