@@ -113,7 +113,7 @@ class KnnConfig:
     keep_index: bool = setting(True, "approximate indexes: keep the built index in knn_index/ for placing new "
                                "papers (`place`), which then loads it instead of building it again; its size "
                                "is the index's memory (codes + links: ≈ 34 GB at 33M × 768-d hnsw_sq8); "
-                               "--no-keep-index: removed")
+                               "--no-keep-index: removed", outputs=False)
 
 
 # ---------------------------------------------------------------- devices and memory

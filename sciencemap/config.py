@@ -31,13 +31,17 @@ _NO_DEFAULT = dataclasses.MISSING
 
 def setting(default: Any = _NO_DEFAULT, help: str = "", *, choices: tuple | None = None,
             flags: tuple[str, ...] = (), parse: Callable[[str], Any] | None = None,
-            append: bool = False, cli: bool = True, factory: Callable[[], Any] | None = None):
+            append: bool = False, cli: bool = True, factory: Callable[[], Any] | None = None,
+            outputs: bool = True):
     """A config field with what the command line needs to know about it.
 
     flags: extra option spellings (e.g. "--layout" beside "--layout-method"); parse: turns the
     option's text into the value (for lists); append: the option may repeat, each value parsed;
-    cli=False: TOML only."""
-    meta = {"help": help, "choices": choices, "flags": tuple(flags), "parse": parse, "append": append, "cli": cli}
+    cli=False: TOML only; outputs=False: the stage's outputs do not depend on it, so the pipeline's
+    record of a finished stage (sciencemap.pipeline.settings_hash) leaves it out and a run made
+    before the setting existed is not run again for it."""
+    meta = {"help": help, "choices": choices, "flags": tuple(flags), "parse": parse, "append": append, "cli": cli,
+            "outputs": outputs}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

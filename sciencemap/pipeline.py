@@ -10,7 +10,7 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from sciencemap.config import check_settings, config_from, load_toml
@@ -30,7 +30,11 @@ class PipelineOptions:
 
 
 def settings_hash(cfg) -> str:
-    return hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """What a finished stage is recorded with: its settings, less those its outputs do not depend on
+    (setting(outputs=False))."""
+    skip = {f.name for f in fields(cfg) if not f.metadata.get("outputs", True)}
+    settings = {k: v for k, v in asdict(cfg).items() if k not in skip}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def select(stages: list[Stage], first: str | None, last: str | None) -> list[Stage]:

@@ -24,6 +24,7 @@ class CountConfig:
 @dataclass
 class ScaleConfig:
     factor: float = setting(2.0, "multiplier")
+    note: str = setting("", "a remark the outputs do not depend on", outputs=False)
 
 
 @pytest.fixture
@@ -77,6 +78,22 @@ def test_skip_rerun_and_invalidate_later_stages(probes, tmp_path):
 
     _run(run, "[count]\nn = 2\n[scale]\nfactor = 0.5\n", tmp_path, force=True)
     assert probes[5:] == [("count", 2), ("scale", 0.5)]
+
+
+def test_a_setting_the_outputs_do_not_depend_on_neither_reruns_nor_invalidates(probes, tmp_path):
+    import hashlib
+
+    from mapping.knn import KnnConfig
+    from sciencemap.pipeline import settings_hash
+
+    run = tmp_path / "run"
+    _run(run, "[scale]\nfactor = 3.0\n", tmp_path)
+    assert _run(run, '[scale]\nfactor = 3.0\nnote = "another"\n', tmp_path) == {}   # skipped
+    assert probes == [("count", 3), ("scale", 3.0)]
+    # a stage recorded before the setting existed (its settings without it) still matches
+    before = hashlib.sha256(json.dumps({"factor": 3.0}).encode()).hexdigest()[:16]
+    assert settings_hash(ScaleConfig(factor=3.0, note="x")) == before != settings_hash(ScaleConfig(factor=2.0))
+    assert settings_hash(KnnConfig(keep_index=False)) == settings_hash(KnnConfig()) != settings_hash(KnnConfig(k=5))
 
 
 def test_a_rerun_stage_forgets_the_later_stages_it_invalidated(probes, tmp_path):
