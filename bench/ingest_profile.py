@@ -32,7 +32,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -74,7 +73,7 @@ class ThreadSampler:
 
     def _tree(self) -> list[tuple[int, str]]:
         """(pid, comm) of root and its descendants."""
-        parent, comm = {}, {}
+        children, comm = defaultdict(list), {}
         for d in os.listdir("/proc"):
             if d.isdigit():
                 try:
@@ -82,12 +81,12 @@ class ThreadSampler:
                 except OSError:
                     continue
                 comm[int(d)] = s[s.index("(") + 1:s.rindex(")")]
-                parent[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
+                children[int(s[s.rindex(")") + 2:].split()[1])].append(int(d))
         out, todo = [], [self.root]
         while todo:
             p = todo.pop()
             out.append((p, comm.get(p, "")))
-            todo += [c for c, pp in parent.items() if pp == p]
+            todo += children.get(p, [])
         return out
 
     def _run(self) -> None:
@@ -107,9 +106,12 @@ class ThreadSampler:
                     kind = thread_kind(s[s.index("(") + 1:s.rindex(")")], python, pid == self.root)
                     self.last[(pid, int(tid))] = (kind, (int(f[11]) + int(f[12])) / TICK)
 
-    def stop(self) -> Counter:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def counts(self) -> Counter:
+        """CPU seconds by thread kind, each thread at its last reading."""
         by_kind: Counter = Counter()
         for kind, cpu in self.last.values():
             by_kind[kind] += cpu
@@ -195,27 +197,6 @@ def same_tables(run: Path, other: Path) -> list[str]:
     return differ
 
 
-def run_sampled(cmd: list[str], env: dict, log: Path) -> tuple[dict, Counter]:
-    """Run cmd: its process tree's wall, CPU and peak (as scale_run.child) and its CPU by thread kind."""
-    import subprocess
-
-    from scale_run import TreeSampler  # bench/scale_run.py
-
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    with open(log, "w") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-        tree, threads = TreeSampler(p.pid), ThreadSampler(p.pid)
-        _, status, usage = os.wait4(p.pid, 0)
-        peak, _, cpu = tree.stop()
-        kinds = threads.stop()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"ingest failed; see {log}")
-    return {"seconds": time.perf_counter() - t0, "cpu_s": max(cpu, usage.ru_utime + usage.ru_stime),
-            "peak_rss_bytes": max(peak, usage.ru_maxrss * 1024),
-            "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}, kinds
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", type=Path, required=True, help="a TOML with the [ingest] inputs")
@@ -234,7 +215,16 @@ def main() -> int:
     conf = event_log_conf(events)
     env = dict(os.environ, SPARK_CONF_DIR=str(conf))
     cmd = [sys.executable, str(REPO / "jobs" / "ingest.py"), "--run", str(args.run), "--config", str(args.config)]
-    r, kinds = run_sampled(cmd, env, args.run / "profile.log")
+    from scale_run import child  # bench/scale_run.py: the process tree's wall, CPU and peak
+
+    sampler: dict[str, ThreadSampler] = {}
+
+    def watch(pid: int) -> ThreadSampler:
+        sampler["threads"] = ThreadSampler(pid)
+        return sampler["threads"]
+
+    r = child(cmd, args.run / "profile.log", env=env, watch=watch)
+    kinds = sampler["threads"].counts()
     shutil.rmtree(conf, ignore_errors=True)
     logs = sorted(p for p in events.rglob("*") if p.is_file() and not p.name.startswith("appstatus"))
     execs = executions(logs[-1], args.run.absolute()) if logs else []
@@ -248,7 +238,7 @@ def main() -> int:
     print("\nSpark executions (executor threads' CPU only):")
     print(f"  {'':<44} {'wall':>8} {'CPU':>8} {'rows read':>12} {'shuffled':>12} {'written':>12}")
     for e in sorted(execs, key=lambda e: -e["cpu_s"]):
-        if e["wall_s"] >= 0.5 or e["cpu_s"] >= 0.5:
+        if e["what"].startswith("write ") or e["wall_s"] >= 0.5 or e["cpu_s"] >= 0.5:   # every write, other jobs if not tiny
             print(f"  {e['what'][-44:]:<44} {e['wall_s']:7.1f}s {e['cpu_s']:7.1f}s {e['read']:>12,} "
                   f"{e['shuffled']:>12,} {e['written']:>12,}")
     profile = {"run": str(args.run), "config": str(args.config), **r, "threads": dict(kinds), "executions": execs}

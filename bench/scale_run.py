@@ -188,17 +188,22 @@ class TreeSampler:
 PAGE, TICKS = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
 
 
-def child(cmd: list[str], log: Path) -> dict:
-    """Run a child process: wall time, CPU time and peak memory of it and every process under it."""
+def child(cmd: list[str], log: Path, env: dict | None = None, watch=None) -> dict:
+    """Run a child process: wall time, CPU time and peak memory of it and every process under it.
+    `watch(pid)`, when given, starts another sampler of the child's tree; its stop() is called when
+    the child ends (bench/ingest_profile.py's per-thread CPU)."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(log, "a") as out:
         out.write(f"\n### {' '.join(cmd)}\n")
         out.flush()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         sampler = TreeSampler(p.pid)
+        other = watch(p.pid) if watch else None
         _, status, usage = os.wait4(p.pid, 0)
         peak, peak_anon, cpu = sampler.stop()
+        if other is not None:
+            other.stop()
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         sys.exit(f"{' '.join(cmd[:3])} failed (exit {rc}); see {log}")

@@ -764,10 +764,14 @@ def index_settings(p: Plan, cfg: KnnConfig) -> dict:
     return s
 
 
+def vectors_fingerprint(meta: dict) -> dict:
+    """What identifies a vector store's content: its source (the embedding shards), dtype and shape."""
+    return {key: meta.get(key) for key in ("source", "dtype", "rows", "dim")}
+
+
 def kept_index(layout: RunLayout, vectors_meta: dict, p: Plan, cfg: KnnConfig, keep: bool = True) -> KeptIndex:
     """The run's KeptIndex for an approximate plan over its vector store."""
-    vectors = {key: vectors_meta.get(key) for key in ("source", "dtype", "rows", "dim")}
-    return KeptIndex(layout.knn_index_dir, {"format": KEPT_FORMAT, "vectors": vectors,
+    return KeptIndex(layout.knn_index_dir, {"format": KEPT_FORMAT, "vectors": vectors_fingerprint(vectors_meta),
                                             "index": index_settings(p, cfg)}, keep)
 
 
@@ -902,7 +906,7 @@ def run_knn(cfg: KnnConfig, layout: RunLayout, on_block: Callable[[int], None] |
     load_s = time.perf_counter() - t0
     p = make_plan(cfg, vec.n, vec.dim)
     settings = plan_settings(p, cfg)
-    fingerprint = {"format": WORK_FORMAT, "vectors": {key: vec.meta.get(key) for key in ("source", "dtype", "rows", "dim")},
+    fingerprint = {"format": WORK_FORMAT, "vectors": vectors_fingerprint(vec.meta),
                    "settings": settings}
     work = WorkDir(layout.knn_work_dir, fingerprint, cfg.resume)
     starts = list(range(0, p.n, cfg.block_size))
