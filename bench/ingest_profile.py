@@ -38,7 +38,6 @@ from pathlib import Path
 from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on its import path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 TICK = os.sysconf("SC_CLK_TCK")
 # the tables ingest writes and the keys that order their rows for the comparison
