@@ -49,14 +49,14 @@ def shares_author(a: dict, b: dict):
     return F.coalesce(hit, F.lit(False))
 
 
-def _citing_keys(papers: DataFrame, *extra) -> DataFrame:
+def citing_author_keys(papers: DataFrame, *extra) -> DataFrame:
     """citing_id, a_k, a_o (the citing paper's author keys) and any extra columns of papers."""
     pk = keys_of(papers)
     return papers.select(F.col("paper_id").alias("citing_id"), pk["author_keys"].alias("a_k"),
                          pk["orcid_author_keys"].alias("a_o"), *extra)
 
 
-def _a_keys() -> dict:
+def citing_key_columns() -> dict:
     return {"author_keys": F.coalesce("a_k", _empty()), "orcid_author_keys": F.coalesce("a_o", _empty())}
 
 
@@ -64,8 +64,8 @@ def with_entry_shares_author(references: DataFrame, papers: DataFrame) -> DataFr
     """references + entry_shares_author (contracts): the entry's own authors share an author with
     its citing paper (ingest; and tables written before the column existed)."""
     rk = keys_of(references)
-    return (references.drop("entry_shares_author").join(_citing_keys(papers), "citing_id", "left")
-            .withColumn("entry_shares_author", shares_author(_a_keys(), rk)).drop("a_k", "a_o"))
+    return (references.drop("entry_shares_author").join(citing_author_keys(papers), "citing_id", "left")
+            .withColumn("entry_shares_author", shares_author(citing_key_columns(), rk)).drop("a_k", "a_o"))
 
 
 def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, seed: int = 0,
@@ -103,12 +103,12 @@ def build_pairs(papers: DataFrame, references: DataFrame, mentions: DataFrame, s
         null_keys.alias("c_k"), null_keys.alias("c_o"), zero.alias("resolved"), zero.alias("c_text"))
     src = (F.array_position(F.array(*[F.lit(x) for x in sources]), F.col("source")).cast("int")
            if sources else zero)
-    citing = _citing_keys(papers.where("has_fulltext"), src.alias("src"), text.alias("a_text"))
+    citing = citing_author_keys(papers.where("has_fulltext"), src.alias("src"), text.alias("a_text"))
     parts = int(papers.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     # Inner: only full-text papers cite in pairs (a "map" input's reference lists are map links only).
     rows = (ref_rows.unionByName(men_rows).repartition(parts, "citing_id")
             .join(citing.hint("shuffle_hash"), "citing_id"))  # rows stay put; citing papers move
-    by_corpus = shares_author(_a_keys(), {"author_keys": F.col("c_k"), "orcid_author_keys": F.col("c_o")}).cast("int")
+    by_corpus = shares_author(citing_key_columns(), {"author_keys": F.col("c_k"), "orcid_author_keys": F.col("c_o")}).cast("int")
     S = F.when(F.col("c_k").isNotNull(), by_corpus).otherwise(F.col("e_S"))
     aggs = [F.sum("is_ref").alias("n_refs")]
     aggs += [F.sum((F.col("cls") == c).cast("int")).alias(col) for c, col in COUNT_COLS.items()]

@@ -355,7 +355,6 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     from pyspark.sql import functions as F
 
     from importance.ingest.authors import author_keys_spark
-    from importance.features import with_entry_shares_author
     from importance.ingest.resolve import resolve_references
 
     schemas = _internal_schemas()
@@ -459,9 +458,7 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     papers_out = cast(keyed(papers)).unionByName(cast(keyed(cited_only.where("kept"))))
     rejects = (dfs["reject"].unionByName(dups).unionByName(cit_rejects)
                .unionByName(ref_rejects).unionByName(dangling))
-    # entry_shares_author: decided here, where the citing paper's (completed) author list is in hand
-    references = with_entry_shares_author(keyed(refs_res), keyed(papers))
-    return {"papers": papers_out, "corpus": papers, "references": references, "mentions": mentions_out,
+    return {"papers": papers_out, "corpus": papers, "references": refs_res, "mentions": mentions_out,
             "rejects": rejects, "citance_mentions": cit_ments, "cited_only": cited_only, "paper_cols": paper_cols,
             "warnings": dfs["warning"], "files": dfs["file"], "sections": sections}
 

@@ -48,13 +48,22 @@ def corpus_keys(papers: DataFrame) -> DataFrame:
 
 def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 1,
                        stash=None) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Return (references with cited_id and `resolved` flag, cited-only papers with `kept`, rejects).
+    """Return (references with cited_id, `resolved`, the entry's author keys and
+    entry_shares_author: the references table's rows; cited-only papers with `kept`; rejects).
     `stash(df, name)`, when given, materialises the resolved rows once (all three outputs read them).
 
     refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
     title_norm, raw, source_file). papers: corpus papers (paper_id, alt_ids, title_norm, year, source,
-    has_fulltext, mapped).
+    has_fulltext, mapped, authors or their author keys).
+
+    The reference rows (the wide table) are shuffled once, by citing_id, to meet one row per citing
+    paper: its resolved entries (ref_key -> paper id), author keys, source and roles. Everything the
+    three outputs need is then on the stashed row: joining the hits by (citing_id, ref_key) and the
+    citing papers by citing_id, twice more for the unresolved rows, moved every wide row three times.
     """
+    from importance.features import citing_author_keys, citing_key_columns, keys_of, shares_author
+    from importance.ingest.authors import author_keys_spark
+
     keys = corpus_keys(papers)
     cand = refs.select("citing_id", "ref_key", F.explode(F.array(
         F.struct(F.lit(1).alias("prio"), F.concat(F.lit("doi:"), "doi").alias("key")),
@@ -62,19 +71,32 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
         F.struct(F.lit(3).alias("prio"), F.col("hint_id").alias("key")),
         F.struct(F.lit(4).alias("prio"), F.concat(F.lit("ty:"), "title_norm", F.lit("|"),
                                                   F.col("year").cast("string")).alias("key")),
-    )).alias("c")).where(F.col("c.key").isNotNull()).select("citing_id", "ref_key", "c.prio", "c.key")
+    )).alias("c")).where(F.col("c.key").isNotNull() & F.col("ref_key").isNotNull()).select(
+        "citing_id", "ref_key", "c.prio", "c.key")
+    # the corpus keys as the build table of a shuffled hash join (a sort-merge join would sort every
+    # candidate key); the hits then partitioned by citing_id, so both aggregates run without a shuffle
     hits = (cand.join(keys.hint("shuffle_hash"), "key").where(F.col("paper_id") != F.col("citing_id"))
+            .repartition("citing_id")
             .groupBy("citing_id", "ref_key")
-            .agg(F.min_by("paper_id", F.struct("prio", "paper_id")).alias("resolved_id")))
-    # shuffled hash joins, the corpus keys and then the hits as the build tables: sort-merge joins
-    # would sort every candidate key and then every (wide) reference row to meet them
-    r = refs.join(hits.hint("shuffle_hash"), ["citing_id", "ref_key"], "left")
+            .agg(F.min_by("paper_id", F.struct("prio", "paper_id")).alias("resolved_id"))
+            .groupBy("citing_id")
+            .agg(F.map_from_entries(F.collect_list(F.struct("ref_key", "resolved_id"))).alias("_hits")))
+    # the citing paper's keys from its authors as completed (ScisummNet's from its citances), not stored ones
+    keyed = papers.withColumns(author_keys_spark(F.col("authors")))
+    citing = citing_author_keys(keyed, F.col("source").alias("citing_source"),
+                          F.col("has_fulltext").alias("citing_fulltext"), F.col("mapped").alias("citing_mapped"),
+                          F.lit(True).alias("_citing_in_corpus")).join(hits, "citing_id", "left")
+    r = refs.join(citing.hint("shuffle_hash"), "citing_id", "left")
+    r = r.withColumn("resolved_id", F.col("_hits")[F.col("ref_key")]).drop("_hits")
     fallback = F.when(F.col("title_norm").isNotNull(), F.concat(F.lit("ref:"), F.substring(
         F.sha1(F.concat("title_norm", F.lit("|"), F.coalesce(F.col("year").cast("string"), F.lit("")))), 1, 16)))
     raw_fallback = F.when(raw_norm(F.col("raw")) != "", F.concat(F.lit("ref:"), F.substring(F.sha1(raw_norm(F.col("raw"))), 1, 16)))
     r = r.withColumn("cited_id", F.coalesce("resolved_id", F.concat(F.lit("doi:"), "doi"),
                                              F.concat(F.lit("pmid:"), "pmid"), F.col("hint_id"), fallback, raw_fallback))
     r = r.withColumn("resolved", F.col("resolved_id").isNotNull())
+    # the entry's own author keys, and whether one is its citing paper's (features.shares_author)
+    r = r.withColumns(author_keys_spark(F.col("authors")))
+    r = r.withColumn("entry_shares_author", shares_author(citing_key_columns(), keys_of(r))).drop("a_k", "a_o")
     # A reference to the citing paper's own id (eLife lists its own data sets under the article DOI)
     # is no citation; it is rejected rather than turned into a second, title-only row of that paper.
     reason = (F.when(F.col("cited_id").isNull(), F.lit(NO_ID_REASON))
@@ -82,17 +104,19 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
     r = r.withColumn("_reject", reason)
     if stash is not None:
         r = stash(r, "resolved_references")
-    bad = r.where(F.col("_reject").isNotNull())
-    src = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"))
-    rejects = bad.join(src, "citing_id", "left").select(
+    rejects = r.where(F.col("_reject").isNotNull()).select(
         "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("resolve").alias("stage"),
         F.col("_reject").alias("reason"), F.col("citing_source").alias("source"), F.lit("item").alias("level"))
-    good = r.where(F.col("_reject").isNull()).drop("_reject")
+    # coalesced, as they were computed: a column read back from the stash is nullable, these are not
+    none = F.array().cast("array<string>")
+    good = r.where(F.col("_reject").isNull()).drop("_reject").withColumns({
+        "author_keys": F.coalesce("author_keys", none), "orcid_author_keys": F.coalesce("orcid_author_keys", none),
+        "entry_shares_author": F.coalesce("entry_shares_author", F.lit(False))})
     corpus_ids = papers.select(F.col("paper_id").alias("cited_id"))
-    unresolved = good.where(~F.col("resolved")).join(corpus_ids, "cited_id", "left_anti")
-    citing = papers.select(F.col("paper_id").alias("citing_id"), F.col("source").alias("citing_source"),
-                           F.col("has_fulltext").alias("citing_fulltext"), F.col("mapped").alias("citing_mapped"))
-    return good, cited_only_papers(unresolved.join(citing, "citing_id"), min_citations), rejects
+    unresolved = (good.where(~F.col("resolved") & F.col("_citing_in_corpus"))
+                  .join(corpus_ids, "cited_id", "left_anti"))
+    out = good.drop("citing_source", "citing_fulltext", "citing_mapped", "_citing_in_corpus")
+    return out, cited_only_papers(unresolved, min_citations), rejects
 
 
 def cited_only_papers(unresolved: DataFrame, min_citations: int = 1) -> DataFrame:
