@@ -108,10 +108,8 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
         "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("resolve").alias("stage"),
         F.col("_reject").alias("reason"), F.col("citing_source").alias("source"), F.lit("item").alias("level"))
     # coalesced, as they were computed: a column read back from the stash is nullable, these are not
-    none = F.array().cast("array<string>")
-    good = r.where(F.col("_reject").isNull()).drop("_reject").withColumns({
-        "author_keys": F.coalesce("author_keys", none), "orcid_author_keys": F.coalesce("orcid_author_keys", none),
-        "entry_shares_author": F.coalesce("entry_shares_author", F.lit(False))})
+    good = r.where(F.col("_reject").isNull()).drop("_reject")
+    good = good.withColumns({**keys_of(good), "entry_shares_author": F.coalesce("entry_shares_author", F.lit(False))})
     corpus_ids = papers.select(F.col("paper_id").alias("cited_id"))
     unresolved = (good.where(~F.col("resolved") & F.col("_citing_in_corpus"))
                   .join(corpus_ids, "cited_id", "left_anti"))
