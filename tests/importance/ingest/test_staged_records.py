@@ -39,3 +39,46 @@ def test_a_record_of_the_wrong_type_or_kind_fails_loudly(tmp_path):
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
         staged_records.write_records(str(tmp_path), SCHEMAS, "p", [("paper", {"paper_id": "x", "year": "1999"})])
     assert not list((tmp_path / "paper").glob("*.parquet"))  # nothing published that Spark would read
+
+
+def test_the_pass_runs_without_the_cyclic_gc_and_frees_cycles_after(tmp_path, monkeypatch):
+    import gc
+    import weakref
+
+    monkeypatch.setattr(staged_records, "GC_EVERY_RECORDS", 3)
+    staged_records.prepare(tmp_path, SCHEMAS)
+    seen, cycles, alive_before_4th = [], [], []
+
+    class Cyclic:  # garbage that only the cyclic collector frees
+        pass
+
+    def records(n):
+        for i in range(n):
+            seen.append(gc.isenabled())
+            if i == 3:
+                alive_before_4th.extend(ref() is not None for ref in cycles)
+            c = Cyclic()
+            c.me = c
+            cycles.append(weakref.ref(c))
+            del c
+            yield "paper", {"paper_id": f"p{i}", "source": "a"}
+
+    assert gc.isenabled()
+    staged_records.write_records(str(tmp_path), SCHEMAS, "part-00000", records(4))
+    assert seen == [False] * 4 and gc.isenabled()
+    assert alive_before_4th == [False] * 3  # collected while paused, every GC_EVERY_RECORDS records
+    assert all(ref() is None for ref in cycles)  # and at the end
+
+    def failing():
+        yield from records(1)
+        raise RuntimeError("reader broke")
+
+    with pytest.raises(RuntimeError, match="reader broke"):
+        staged_records.write_records(str(tmp_path), SCHEMAS, "part-00001", failing())
+    assert gc.isenabled()  # a failed task leaves the worker's collector on for its next task
+    gc.disable()
+    try:  # a caller that paused it itself finds it still paused
+        staged_records.write_records(str(tmp_path), SCHEMAS, "part-00002", records(1))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
