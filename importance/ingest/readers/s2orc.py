@@ -317,6 +317,14 @@ def _first(v):
     return v
 
 
+def _entry_year(value, citing_year: int | None) -> int | None:
+    """A structured entry's year: the year parse_year finds in its text, if plausible. An int of
+    four digits in parse_year's range is that year as it is (no text made and searched)."""
+    if type(value) is int and 1500 <= value <= 2099:
+        return plausible_year(value, citing_year)
+    return plausible_year(parse_year(str(value or "")), citing_year)
+
+
 def _reference(citing: str, key: str, bib: dict, path: str, citing_year: int | None = None) -> dict:
     """One reference row: structured S2ORC fields when the entry has them, else what the raw string
     gives (module docstring); ids from the structured fields first, then from the string."""
@@ -343,7 +351,7 @@ def _reference(citing: str, key: str, bib: dict, path: str, citing_year: int | N
     if parsed is not None:
         title, year, authors = parsed.title, parsed.year, parsed.authors
     else:
-        year = plausible_year(parse_year(str(bib.get("year") or "")), citing_year)
+        year = _entry_year(bib.get("year"), citing_year)
         authors = [author(a.get("last"), " ".join([a.get("first") or ""] + list(a.get("middle") or [])).strip() or None)
                    for a in bib.get("authors") or [] if isinstance(a, dict) and a.get("last")]
     return {"citing_id": citing, "ref_key": str(key), "title": title, "authors": authors, "year": year,

@@ -46,7 +46,9 @@ def test_norm_title_matches_its_definition_on_every_character_and_mixed_strings(
 
     from importance.ingest.readers.common import norm_title
 
-    for cp in range(0, sys.maxunicode + 1, 7):  # every 7th code point of every plane, each alone and in words
+    # every ASCII character (the key's own path for ASCII text) and every 7th code point of every
+    # plane, each alone and in words
+    for cp in [*range(128), *range(0, sys.maxunicode + 1, 7)]:
         c = chr(cp)
         if 0xD800 <= cp <= 0xDFFF:
             continue

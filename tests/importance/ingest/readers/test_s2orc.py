@@ -138,6 +138,17 @@ def test_s2orc_structured_fields_win_and_years_must_be_plausible(of_kind):
     assert [p["year"] for p in of_kind(recs, "paper")] == [2020, None]  # a paper year of 2095 is dropped
 
 
+def test_a_structured_year_is_what_its_text_gives_whatever_its_json_type():
+    from importance.ingest.readers.common import parse_year
+    from importance.ingest.readers.refstrings import plausible_year
+    from importance.ingest.readers.s2orc import _entry_year
+
+    for value in (2019, "2019", "c. 2019", 19999, 1499, 1500, 2099, 2100, True, None, 0, "", 2019.0, -2019):
+        for citing_year in (None, 1990, 2020):
+            assert _entry_year(value, citing_year) == plausible_year(parse_year(str(value or "")), citing_year)
+    assert (_entry_year(2019, 2020), _entry_year(2019, 1990), _entry_year(19999, 2020)) == (2019, None, 1999)
+
+
 def test_a_paper_id_repeated_in_a_file_is_one_duplicate_reject_without_its_records(of_kind, test_data):
     # The ingest joins a kept paper's references and mentions on (citing_id, source_file): a second
     # row of the id in the same file must give none, or its mentions would count twice.
