@@ -72,7 +72,7 @@ class KindWriters:
         # loop (2.4x the CPU on reference rows)
         table = pa.Table.from_arrays(pa.array(rows, type=pa.struct(schema)).flatten(), schema=schema)
         if kind not in self.writers:
-            self.writers[kind] = pq.ParquetWriter(self._tmp(kind), self.schemas[kind], compression="zstd")
+            self.writers[kind] = pq.ParquetWriter(self._tmp(kind), schema, compression="zstd")
         self.writers[kind].write_table(table)
         rows.clear()
 
