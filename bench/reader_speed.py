@@ -34,7 +34,8 @@ from verdicts import Verdicts  # bench/verdicts.py; a script's own folder is on 
 
 
 class FileRow:
-    """binaryFile's row as an ingest task sees it: the path and the whole content."""
+    """A file's row as an ingest task sees it (the path as a file: URI, its input's index: the task
+    reads the file itself), and the content for the bare parse's floor."""
 
     input = 0  # the index of its input's settings
 

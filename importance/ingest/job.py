@@ -1,12 +1,13 @@
 """Ingest stage: input files -> papers, references, mentions, rejects, warnings, files (+ ingest_summary.json),
 and sections when asked (`keep_sections`).
 
-Files are read by executors (binaryFile + flatMap of the pure-Python readers); the driver only
-sees small aggregates. Every file under an input root is one row of `files`: parsed, rejected,
-auxiliary (read with other files) or skipped, with the reason. The executors give the row of each
-file they read; the driver lists the input roots (metadata only) and adds the files Spark does not
-read (names the format's glob does not match, hidden names, empty files), so the per-source check
-files found = parsed + rejected + skipped + auxiliary covers every file, not only those recognised.
+Files are read by executors (Spark lists them, binaryFile without its content; each task's Python
+reads its files by path and runs the pure-Python readers); the driver only sees small aggregates.
+Every file under an input root is one row of `files`: parsed, rejected, auxiliary (read with
+other files) or skipped, with the reason. The executors give the row of each file they read; the
+driver lists the input roots (metadata only) and adds the files Spark does not read (names the
+format's glob does not match, hidden names, empty files), so the per-source check files found =
+parsed + rejected + skipped + auxiliary covers every file, not only those recognised.
 Papers kept after lenient recovery of a damaged file have a row in `warnings`.
 Every input record ends in `papers` or `rejects`:
 - record level (a JATS file, a ScisummNet paper XML, a CSV row): parsed paper or reject;
@@ -157,13 +158,16 @@ def input_settings(spec: dict) -> tuple[str, str, bool, bool]:
 
 
 def _parse_rows(settings: list[tuple[str, str, bool, bool]], sections: bool, rows):
-    """(kind, record) of every file row (path, content, input: its index in `settings`)."""
+    """(kind, record) of every file row (path, input: its index in `settings`); a file that cannot
+    be read is one whole-file reject (readers.common.read_input_file)."""
     from importance.ingest.readers import PAPER, parse_file_accounted
+    from importance.ingest.readers.common import read_input_file
 
     for row in rows:
         fmt, source, bodies, mapped = settings[row.input]
-        for kind, rec in parse_file_accounted(fmt, source, row.path, bytes(row.content) if row.content is not None
-                                              else b"", bodies=bodies, sections=sections):
+        data, read_error = read_input_file(row.path)
+        for kind, rec in parse_file_accounted(fmt, source, row.path, data, bodies=bodies, sections=sections,
+                                              read_error=read_error):
             if kind == PAPER:
                 rec["mapped"] = mapped
             yield kind, rec
@@ -285,10 +289,11 @@ def input_size(inputs: list[dict], listings: list[InputListing] | None = None) -
 
 
 def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
-    """One DataFrame of the input files (path, content, input: the index of its spec in `inputs`)
-    in at most `partitions` partitions (default 2 per task slot). Parsing them is one Python pass
-    per partition (stage_inputs): a coalesce or union after a Python step would send every record
-    through the JVM to a second Python worker."""
+    """One DataFrame of the input files (path, input: the index of its spec in `inputs`) in at most
+    `partitions` partitions (default 2 per task slot). binaryFile lists them and packs them into
+    read tasks by size; without its `content` column it reads no file (the tasks' Python does:
+    _parse_rows). Parsing them is one Python pass per partition (stage_inputs): a coalesce or
+    union after a Python step would send every record through the JVM to a second Python worker."""
     from pyspark.sql import functions as F
 
     from importance.ingest.readers import FORMATS
@@ -303,7 +308,7 @@ def read_inputs(spark, inputs: list[dict], partitions: int | None = None):
         reader = spark.read.format("binaryFile").option("pathGlobFilter", spec.get("glob", FORMATS[fmt].glob))
         if p.is_dir():
             reader = reader.option("recursiveFileLookup", "true")
-        frames.append(reader.load(str(p)).select("path", "content", F.lit(i).alias("input")))
+        frames.append(reader.load(str(p)).select("path", F.lit(i).alias("input")))
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)

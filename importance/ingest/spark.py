@@ -153,17 +153,12 @@ MIN_OUTPUT_FILES = 2
 MIN_HEAP = 2 * GiB
 HEAP_PER_BUSY_SLOT = 1 * GiB          # working memory of one running task
 HEAP_PER_FILE = 1 * KiB               # the driver's index of one listed input file (status + split)
-# ingest: binaryFile hands each file whole to a Python reader; the JVM pickles the byte array as a
-# string (up to 2 bytes a byte) into a buffer that grows by doubling, beside the array itself: a
-# 110 MB JSON Lines file ran a 3 GB heap out of memory with 2 tasks (bench/scale_run.py, 250k papers)
-WHOLE_FILE_HEAP = 6
 HEAP_SHARE = 0.5                      # of this machine's memory, at most, for the driver heap
 SPARK_DEFAULT_DRIVER_MEMORY = "1g"    # what a JVM started without spark.driver.memory has
 EXECUTOR_CORES = 4
 HEAP_PER_EXECUTOR_CORE = 2 * GiB
 
 GZIP_EXPANSION = 4                    # a .gz file's text is ~4x its size (3.1-4.5x on sample/)
-MAX_WHOLE_FILE = (1 << 31) - 1        # binaryFile reads a file into one byte array
 BIG_FILE_WARNING = 1 * GiB            # above this a read task holds a big file in one Python worker
 _UNITS = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 
@@ -362,15 +357,6 @@ def total_size(sizes, what: str) -> InputSize:
                      sum(s.disk_bytes for s in sizes), big.largest, big.largest_path)
 
 
-def check_whole_files(size: InputSize) -> None:
-    """Ingest reads each input file whole (binaryFile: one row, one task): a file over 2 GiB cannot
-    be read at all, so it is refused before Spark starts."""
-    if size.largest > MAX_WHOLE_FILE:
-        raise UserError(f"input file {size.largest_path} is {human(size.largest)}; ingest reads each file whole "
-                        f"and Spark cannot read a file over 2 GiB: split it into files of at most a few hundred "
-                        f"MB (JSONL: split -l; MEDLINE: one file per baseline chunk); docs/spark.md")
-
-
 def tables_size(paths, what: str = "input tables") -> InputSize:
     """Parquet bytes of table directories (missing ones count 0)."""
     return total_size((measure_files(p, ("*.parquet",)) for p in paths if Path(p).exists()), what)
@@ -543,16 +529,14 @@ def plan_launch(cfg, size: InputSize, machine: Machine, preset: dict | None = No
     cap = max(MIN_HEAP, int(HEAP_SHARE * machine.memory))
     index = HEAP_PER_FILE * size.files
     ingest = hasattr(cfg, "inputs")
-    whole = WHOLE_FILE_HEAP * size.largest if ingest else 0  # ingest reads files whole
-    # importance keeps its input's worth of cached tables; ingest hands its parsed records to
-    # Spark as Parquet files (importance.ingest.staged_records), so none are held in the heap
+    # importance keeps its input's worth of cached tables; ingest's tasks read their files in Python
+    # and hand the parsed records to Spark as Parquet files (importance.ingest.staged_records), so
+    # the heap holds neither the files nor the records
     held = 0 if ingest else size.bytes
     if local:
-        need = (HEAP_PER_BUSY_SLOT + whole) * busy + held + index
+        need = HEAP_PER_BUSY_SLOT * busy + held + index
         derived = _gib_text(min(cap, max(MIN_HEAP, need)))
-        per_slot = human(HEAP_PER_BUSY_SLOT) + (f" + {WHOLE_FILE_HEAP} x the largest file {human(size.largest)}"
-                                               if whole else "")
-        derived_why = (f"local mode: ({per_slot}) x {busy} busy cores"
+        derived_why = (f"local mode: {human(HEAP_PER_BUSY_SLOT)} x {busy} busy cores"
                        + (f" + {human(size.bytes)} {size.what}" if held else "")
                        + f" + {human(HEAP_PER_FILE)} x {size.files} files = {human(need)}, "
                        f"kept within {human(MIN_HEAP)} .. half of {human(machine.memory)}")
@@ -704,8 +688,6 @@ def start_spark(cfg, size: InputSize, stage: str, app: str = "sciencemap"):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    if stage == "ingest":
-        check_whole_files(size)
     submitted = under_spark_submit()
     choices = plan_launch(cfg, size, this_machine(), preset_conf(), submitted)
     spark = get_spark(app=app, conf=launch_conf(choices, submitted))
@@ -767,8 +749,6 @@ def spark_for_stage(cfg, size: InputSize, stage: str, spark=None):
     the settings once. A session passed in, or already active, keeps its launch settings."""
     from pyspark.sql import SparkSession
 
-    if stage == "ingest":
-        check_whole_files(size)
     submitted = under_spark_submit()
     machine, preset = this_machine(), preset_conf()
     planned = plan_launch(cfg, size, machine, preset, submitted)  # checks the values before Spark starts

@@ -68,9 +68,11 @@ def _whole_file_reject(path: str, reason: str, source: str) -> tuple[str, dict]:
 
 
 def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
-                         bodies: bool = True, sections: bool = False) -> Iterator[tuple[str, dict]]:
+                         bodies: bool = True, sections: bool = False,
+                         read_error: str | None = None) -> Iterator[tuple[str, dict]]:
     """parse_file's records, then one `file` record (contracts "files"): status parsed | rejected |
     skipped | auxiliary, the input records it gave, and the reason where it is not simply parsed.
+    `read_error` (common.read_input_file's reason): the file could not be read; it is rejected whole.
 
     rejected = the whole file failed and gave no paper or citance; a file that gave records and then
     failed (a MEDLINE file cut mid-way) is parsed, with the failure as its reason.
@@ -83,7 +85,9 @@ def parse_file_accounted(fmt: str, source: str, path: str, data: bytes,
     counts = {"papers": 0, "record_rejects": 0, "citances": 0, "warnings": 0}
     declared, failure, citance_records = None, None, 0
     ref_paper, ref_keys = None, set()
-    for kind, rec in parse_file(fmt, source, path, data, bodies, sections):
+    records = (parse_file(fmt, source, path, data, bodies, sections) if read_error is None
+               else [_whole_file_reject(path, read_error, source)])
+    for kind, rec in records:
         if kind == FILE:
             declared = rec
             continue

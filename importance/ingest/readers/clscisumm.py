@@ -33,10 +33,10 @@ import io
 import re
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from importance.ingest.readers.common import (CITANCE, PAPER, BadRecord, clean_ws, decode_text, decompress, file_status,
-                                              keep_warning, norm_title, parse_xml, reject, require_text, warning)
+                                              keep_warning, local_path, norm_title, parse_xml, reject, require_text,
+                                              warning)
 from importance.ingest.readers.scisummnet import FIELD, KEY_LEN, VENUES, abstract_text, acl_year, section_sentences, text_key
 
 PAPER_FOLDERS = ("Reference_XML", "Citance_XML")
@@ -52,11 +52,6 @@ _FIELD = re.compile(r"\s*([A-Za-z ]+?)\s*:\s*(.*)", re.S)
 def _title(root) -> str | None:
     t = root.find("S")
     return clean_ws(html.unescape("".join(t.itertext()))) if t is not None else None
-
-
-def _local(path: str) -> Path:
-    """Spark gives file: URIs; tests give plain paths."""
-    return Path(unquote(urlparse(path).path)) if path.startswith("file:") else Path(path)
 
 
 def _row(fields: dict, n: int) -> dict:
@@ -134,7 +129,7 @@ def _rows_with_ids(name: str, data: bytes, rp: str) -> tuple[list[dict], str | N
 def _annotations_for(path: str, rp: str, citing: str) -> list[dict] | None:
     """This citing paper's annotation rows in every annotation file of its RP folder; None when the
     folder has none. An unreadable annotation file gives no rows here (it is rejected as an input)."""
-    files = _annotation_files(_local(path).parent.parent / ANNOTATION_FOLDER)
+    files = _annotation_files(local_path(path).parent.parent / ANNOTATION_FOLDER)
     if not files:
         return None
     out = []
@@ -219,7 +214,7 @@ def _annotation_file(path: str, name: str, data: bytes, rp: str, source: str):
                                    f"files of {rp}", citances=len(rows))
     if replaced:
         yield warning(path, f"{rp}#{name}", f"annotation: {replaced}", source)
-    citance_dir = _local(path).parent.parent / "Citance_XML"
+    citance_dir = local_path(path).parent.parent / "Citance_XML"
     # the citing files' sizes, listed once (not a stat per row)
     sizes = {f.name[:-4]: f.stat().st_size for f in citance_dir.glob("*.xml") if f.is_file()} \
         if citance_dir.is_dir() else {}

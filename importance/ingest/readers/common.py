@@ -21,6 +21,8 @@ import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from lxml import etree
 
@@ -80,6 +82,25 @@ def section_records(paper_id: str, path: str, titles: list, classes: list, sourc
     return [(SECTION, {"paper_id": paper_id, "position": pos, "title": t, "section_class": c, "class_source": src,
                        "sentences": sents, "source_file": path})
             for pos, (t, c, src, sents) in enumerate(zip(titles, classes, sources, sentences))]
+
+
+def local_path(path: str) -> Path:
+    """A file as the readers open it: Spark lists file: URIs (file:/a/b%20c.xml); tests give plain paths."""
+    return Path(unquote(urlparse(path).path)) if path.startswith("file:") else Path(path)
+
+
+def read_input_file(path: str) -> tuple[bytes, str | None]:
+    """(the bytes of one input file, None), or (b"", the reason it cannot be read): what the
+    readers parse. The ingest's tasks read their files here, by the paths Spark lists, rather than
+    take binaryFile's content column: the JVM reading each file and pickling it to Python cost
+    ≈ 11 CPU-s a GB and held every file in the heap (docs/spark.md "A file is read whole")."""
+    scheme = urlparse(path).scheme
+    if scheme not in ("", "file"):
+        return b"", f"cannot read {scheme}: URIs: ingest reads its inputs from a local or shared filesystem path"
+    try:
+        return local_path(path).read_bytes(), None
+    except OSError as e:
+        return b"", f"cannot read the file: {e.strerror or e}"
 
 
 def clean_ws(text: str | None) -> str | None:

@@ -184,11 +184,18 @@ def test_input_size_by_listing(tmp_path):
     assert measure_files(tmp_path, ("*",)) == InputSize(2242, 5, "input", 1942, 1000, str(tmp_path / "a" / "p1.xml"))
 
 
-def test_a_file_spark_cannot_read_whole_is_refused_before_spark_starts(tmp_path):
+def test_a_file_over_2_gib_is_read_with_a_warning(spark, capsys):
+    """binaryFile could not hand a file over 2 GiB to Python, so such files were refused; the tasks
+    read their files themselves now, and a big file gets the warning that one worker holds it."""
     huge = InputSize(3 * GiB, 1, "input files", 3 * GiB, 3 * GiB, "/data/shard-000.jsonl")
-    with pytest.raises(UserError, match="shard-000.jsonl is 3.0 GiB.*split it"):
-        run_ingest(IngestConfig(inputs=[{"path": str(tmp_path), "format": "s2orc", "source": "s"}]),
-                   RunLayout(tmp_path / "run"), size=huge)
+    before = {k: spark.conf.get(k) for k in ("spark.sql.shuffle.partitions", "spark.sql.files.maxPartitionBytes")}
+    try:
+        spark_for_stage(IngestConfig(), huge, "ingest", spark)
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    err = capsys.readouterr().err
+    assert "warning: input file /data/shard-000.jsonl is 3.0 GiB: each file is read whole by one task" in err
 
 
 def test_this_machine_reads_the_os():
@@ -326,16 +333,17 @@ def test_spark_submit_settings_are_kept(tmp_path):
     assert s["max_partition_bytes"]["source"] == "auto" and r["maxpb"] == str(128 * MiB)
 
 
-def test_ingest_heap_holds_the_largest_file_in_every_busy_slot():
-    """binaryFile hands each file whole to Python: the ingest heap grows with the largest file,
-    the importance heap (Parquet read in splits) does not."""
-    from importance.ingest.spark import WHOLE_FILE_HEAP, size_bytes
+def test_the_ingest_heap_does_not_grow_with_the_largest_file():
+    """The ingest's tasks read their files in Python (binaryFile only lists them), so the driver
+    heap is 1 GiB a busy core + the file index, whatever the largest file; importance's heap holds
+    its input (cached tables), not any file."""
+    from importance.ingest.spark import size_bytes
 
     small = InputSize(2 * GiB, 26, largest=10 * MiB)
-    big = InputSize(2 * GiB, 26, largest=500 * MiB)
-    base = size_bytes(plan_launch(IngestConfig(), small, NODE)["driver_memory"].value, "m")
-    grown = size_bytes(plan_launch(IngestConfig(), big, NODE)["driver_memory"].value, "m")
+    big = InputSize(2 * GiB, 26, largest=1900 * MiB)
     busy = math.ceil(2 * GiB / (128 * MiB))  # 16 read partitions, all 16 of NODE's slots busy
-    assert grown - base >= busy * WHOLE_FILE_HEAP * (500 - 10) * MiB - GiB   # within the GiB rounding
-    assert (plan_launch(ImportanceConfig(), big, NODE)["driver_memory"].value
-            == plan_launch(ImportanceConfig(), small, NODE)["driver_memory"].value)
+    for cfg in (IngestConfig(), ImportanceConfig()):
+        assert plan_launch(cfg, small, NODE)["driver_memory"].value == plan_launch(cfg, big, NODE)["driver_memory"].value
+    heap = size_bytes(plan_launch(IngestConfig(), big, NODE)["driver_memory"].value, "m")
+    assert busy * GiB <= heap < busy * GiB + 2 * GiB      # 16 GiB + the index, rounded up to whole GiB
+    assert size_bytes(plan_launch(ImportanceConfig(), big, NODE)["driver_memory"].value, "m") >= heap + 2 * GiB - GiB

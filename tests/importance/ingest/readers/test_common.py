@@ -77,3 +77,36 @@ def test_a_reference_key_repeated_for_one_paper_keeps_the_first_entry(monkeypatc
     refs = of_kind(list(parse_file_accounted("repeats_keys", "x", "f", b"x")), "ref")
     assert [(r["citing_id"], r["ref_key"], r["title"]) for r in refs] == [
         ("p1", "b1", "first"), ("p1", "b2", "other"), ("p2", "b1", "first"), ("p2", "b2", "other")]
+
+
+def test_an_input_file_is_read_by_its_listed_uri_and_one_that_cannot_be_read_is_rejected_whole(tmp_path):
+    """The ingest's tasks read each file from the path Spark lists (a file: URI, quoted); a file
+    gone between the listing and the read, or a non-file URI, becomes one whole-file reject and a
+    `files` row with that reason, not a failed job."""
+    from collections import namedtuple
+
+    from importance.ingest.job import _parse_rows, file_uri
+    from importance.ingest.readers.common import read_input_file
+
+    folder = tmp_path / "a b%c"
+    folder.mkdir()
+    good = folder / "one paper.jsonl"
+    good.write_text('{"paper_id": "p1", "title": "A title", "abstract": "Words.", "bib_entries": {}}\n')
+    assert read_input_file(file_uri(good)) == (good.read_bytes(), None)
+    assert read_input_file(str(good)) == (good.read_bytes(), None)
+    data, reason = read_input_file(file_uri(folder / "gone.jsonl"))
+    assert data == b"" and reason == "cannot read the file: No such file or directory"
+    assert read_input_file("hdfs://nn/x.jsonl")[1].startswith("cannot read hdfs: URIs")
+
+    Row = namedtuple("Row", "path input")
+    settings = [("s2orc", "src", False, True)]
+    rows = [Row(file_uri(good), 0), Row(file_uri(folder / "gone.jsonl"), 0)]
+    recs = list(_parse_rows(settings, False, rows))
+    files = {r["path"]: r for k, r in recs if k == "file"}
+    assert files[file_uri(good)]["status"] == "parsed" and files[file_uri(good)]["papers"] == 1
+    gone = files[file_uri(folder / "gone.jsonl")]
+    assert (gone["status"], gone["reason"], gone["bytes"]) == ("rejected", "cannot read the file: No such file or directory", 0)
+    rejects = [r for k, r in recs if k == "reject"]
+    assert [(r["record_id"], r["reason"], r["level"]) for r in rejects] == [
+        ("gone.jsonl", "cannot read the file: No such file or directory", "record")]
+    assert [r["paper_id"] for k, r in recs if k == "paper"] == ["s2orc:p1"]
