@@ -341,12 +341,49 @@ def stage_inputs(spark, inputs: list[dict], root: Path, partitions: int | None =
     return staged_records.merge_counts(parts)
 
 
+# of_kept_rows: up to this many dropped duplicate paper rows are broadcast (id and file: ≈ 130 B a
+# row in the heap, ≈ 26 MB); more go to a join with the kept rows
+DROPPED_ROWS_BROADCAST = 200_000
+
+
 def stash_frame(spark, staged: Path, df, name: str):
     """df written once under the stash beside `staged` (stage_inputs' folder) and read back: later
     plans start from the Parquet files."""
     path = str(Path(staged).parent / "stash" / name)
     df.write.mode("overwrite").option("compression", "zstd").parquet(path)  # as the staged records: less disk
     return spark.read.parquet(path)
+
+
+def of_kept_rows(ranked, tables: list, broadcast_limit: int | None = None) -> list:
+    """Each (DataFrame, id column) of `tables` (a paper's references, mentions, sentences or
+    sections, with their source_file) without the rows of the paper rows the dedup dropped
+    (`ranked`: every paper row, _rn = 1 the kept one), matched by (id, source_file).
+
+    The readers give a paper's references, mentions, sentences and sections with its paper record
+    in the same file, or none of them (tests/importance/ingest/readers/test_common.py), so leaving
+    out those of the dropped rows keeps those of the kept rows. The dropped rows are few in most
+    corpora (none: no join at all), and an anti join with them broadcast moves no wide row. A join
+    with every kept row, which Spark broadcasts only while the corpus is small (at 250k papers, not
+    at 2M), sorts and shuffles the reference rows twice more (the wide rows and the resolution's
+    candidate keys) beside the resolution's own shuffle; it is used past `broadcast_limit` dropped
+    rows (DROPPED_ROWS_BROADCAST)."""
+    from pyspark.sql import functions as F
+
+    limit = DROPPED_ROWS_BROADCAST if broadcast_limit is None else broadcast_limit
+    dropped = ranked.where("_rn > 1").select("paper_id", "source_file")
+    n = dropped.count()
+    if n == 0:
+        rows, how = None, None
+    elif n <= limit:
+        rows, how = F.broadcast(dropped), "left_anti"
+    else:
+        rows, how = ranked.where("_rn = 1").select("paper_id", "source_file"), "left_semi"
+    out = []
+    for df, col in tables:
+        df = df.where(F.col(col).isNotNull() & F.col("source_file").isNotNull())  # as a join on them would
+        out.append(df if rows is None else
+                   df.join(rows.withColumnRenamed("paper_id", col), [col, "source_file"], how).select(df.columns))
+    return out
 
 
 def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
@@ -378,13 +415,10 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     dups = ranked.where("_rn > 1").select("source_file", F.col("paper_id").alias("record_id"),
                                           F.lit("ingest").alias("stage"), F.lit(DUPLICATE_REASON).alias("reason"),
                                           "source", F.lit("record").alias("level"))
-    kept = papers.select(F.col("paper_id").alias("citing_id"), "source_file")
-    refs = dfs["ref"].join(kept, ["citing_id", "source_file"], "left_semi")
-    ments = dfs["mention"].join(kept, ["citing_id", "source_file"], "left_semi")
-    sents = dfs["sentence"].join(kept.withColumnRenamed("citing_id", "paper_id"), ["paper_id", "source_file"], "left_semi")
-    # the sections of the kept row of each paper (a duplicate's are dropped with it)
-    sections = dfs["section"].join(kept.withColumnRenamed("citing_id", "paper_id"), ["paper_id", "source_file"],
-                                   "left_semi").select(SCHEMAS["sections"].names)
+    # the references, mentions, sentences and sections of the kept row of each paper (a duplicate's go with it)
+    refs, ments, sents, sections = of_kept_rows(ranked, [(dfs["ref"], "citing_id"), (dfs["mention"], "citing_id"),
+                                                         (dfs["sentence"], "paper_id"), (dfs["section"], "paper_id")])
+    sections = sections.select(SCHEMAS["sections"].names)
 
     # ScisummNet citances: in-corpus citing paper -> reference + mention; otherwise reject.
     cits = dfs["citance"]

@@ -113,6 +113,28 @@ def test_spark_ingest_counts_add_up(spark, repo_root, tmp_path):
     assert per["unarxive"]["references_resolved"] >= 1
 
 
+def test_a_dropped_duplicate_rows_records_go_with_it_whichever_join_drops_them(spark):
+    """of_kept_rows: none dropped (no join), a few (broadcast anti join) or many (a join with the
+    kept rows): the same rows left, the kept paper row's, by (id, source_file)."""
+    from importance.ingest.job import of_kept_rows
+
+    ranked = spark.createDataFrame([("p1", "f1", 1), ("p1", "f2", 2), ("p1", "f3", 3), ("p2", "f1", 1)],
+                                   "paper_id string, source_file string, _rn int")
+    refs = spark.createDataFrame([("p1", "a", "f1"), ("p1", "b", "f1"), ("p1", "a", "f2"), ("p1", "c", "f3"),
+                                  ("p2", "a", "f1")], "citing_id string, ref_key string, source_file string")
+    sections = spark.createDataFrame([("p1", 0, "f2"), ("p2", 0, "f1"), ("p2", 1, "f1")],
+                                     "paper_id string, position int, source_file string")
+    rows = lambda df: sorted(tuple(r) for r in df.collect())  # noqa: E731
+    want_refs = [("p1", "a", "f1"), ("p1", "b", "f1"), ("p2", "a", "f1")]
+    want_sections = [("p2", 0, "f1"), ("p2", 1, "f1")]
+    for limit in (None, 2, 1, 0):   # the default and 2: broadcast; 1 and 0: the join with the kept rows
+        r, sec = of_kept_rows(ranked, [(refs, "citing_id"), (sections, "paper_id")], broadcast_limit=limit)
+        assert (rows(r), rows(sec)) == (want_refs, want_sections), limit
+    only_kept = ranked.where("_rn = 1")
+    r, = of_kept_rows(only_kept, [(refs.where("source_file = 'f1'"), "citing_id")])
+    assert rows(r) == want_refs
+
+
 def test_spark_ingest_clscisumm_counts(spark, clscisumm, tmp_path):
     folder, RP, CITING = clscisumm.root, clscisumm.reference, clscisumm.citing
     layout = RunLayout(tmp_path / "run")
