@@ -483,7 +483,11 @@ def build_tables(spark, staged, cited_only_min_citations: int = 1) -> dict:
     refs_res, cited_only, ref_rejects = resolve_references(refs_all, papers, cited_only_min_citations, stash)
     cited_only = stash(cited_only, "cited_only")   # an aggregate over the unresolved references: once
     ments_all = ments.unionByName(cit_body_ments.drop("_matched", "_citance_source"))
-    ments_res = ments_all.join(refs_res.select("citing_id", "ref_key", "cited_id"), ["citing_id", "ref_key"], "left")
+    # a mention's citing paper had its body read (the readers give mentions only then; a citance's is
+    # joined with the full-text papers above): only those papers' references (a tenth of them in a
+    # run of a map corpus beside a training corpus) meet the mentions, here and in the dangling rejects
+    body_refs = refs_res.where("citing_fulltext").select("citing_id", "ref_key", "cited_id")
+    ments_res = ments_all.join(body_refs, ["citing_id", "ref_key"], "left")
     dangling = ments_res.where(F.col("cited_id").isNull()).join(
         papers.select(F.col("paper_id").alias("citing_id"), "source"), "citing_id", "left").select(
         "source_file", F.concat_ws("#", "citing_id", "ref_key").alias("record_id"), F.lit("ingest").alias("stage"),

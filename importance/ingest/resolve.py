@@ -49,7 +49,8 @@ def corpus_keys(papers: DataFrame) -> DataFrame:
 def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 1,
                        stash=None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Return (references with cited_id, `resolved`, the entry's author keys and
-    entry_shares_author: the references table's rows; cited-only papers with `kept`; rejects).
+    entry_shares_author: the references table's rows, with `citing_fulltext`, whether the citing
+    paper's body was read; cited-only papers with `kept`; rejects).
     `stash(df, name)`, when given, materialises the resolved rows once (all three outputs read them).
 
     refs: internal reference rows (citing_id, ref_key, title, authors, year, doi, pmid, hint_id,
@@ -113,7 +114,8 @@ def resolve_references(refs: DataFrame, papers: DataFrame, min_citations: int = 
     corpus_ids = papers.select(F.col("paper_id").alias("cited_id"))
     unresolved = (good.where(~F.col("resolved") & F.col("_citing_in_corpus"))
                   .join(corpus_ids, "cited_id", "left_anti"))
-    out = good.drop("citing_source", "citing_fulltext", "citing_mapped", "_citing_in_corpus")
+    # citing_fulltext stays (not a column of the references table): the mentions join only those references
+    out = good.drop("citing_source", "citing_mapped", "_citing_in_corpus")
     return out, cited_only_papers(unresolved, min_citations), rejects
 
 

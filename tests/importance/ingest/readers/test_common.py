@@ -115,8 +115,9 @@ def test_an_input_file_is_read_by_its_listed_uri_and_one_that_cannot_be_read_is_
 def test_a_papers_references_mentions_sentences_and_sections_come_with_its_paper_record(repo_root):
     """ingest.job.of_kept_rows drops a duplicate paper row's references, mentions, sentences and
     sections by its (paper id, file), not by a join with every kept row: that holds only if no
-    reader gives one of them without its paper's record in the same file. Every reader that gives
-    them, on the real files here, full text and sections on."""
+    reader gives one of them without its paper's record in the same file. And the mentions meet
+    only the references of papers with has_fulltext: a reader gives mentions only with the body.
+    Every reader that gives them, on the real files here, full text and sections on (and off)."""
     from importance.ingest.job import file_uri
     from importance.ingest.readers import FORMATS, parse_file_accounted
 
@@ -131,10 +132,15 @@ def test_a_papers_references_mentions_sentences_and_sections_come_with_its_paper
         for f in files[:6]:
             path = file_uri(f)
             recs = list(parse_file_accounted(fmt, "src", path, f.read_bytes(), bodies=True, sections=True))
-            papers = {r["paper_id"] for k, r in recs if k == "paper"}
+            papers = {r["paper_id"]: r for k, r in recs if k == "paper"}
             for kind, rec in recs:
                 if kind in seen:
                     seen[kind] += 1
                     paper = rec["citing_id"] if kind in ("ref", "mention") else rec["paper_id"]
                     assert paper in papers and rec["source_file"] == path, (f, kind, paper)
+                    # the ingest joins mentions with the references of full-text papers only
+                    assert kind != "mention" or papers[paper]["has_fulltext"], (f, paper)
+            no_body = list(parse_file_accounted(fmt, "src", path, f.read_bytes(), bodies=False))
+            assert not [r for k, r in no_body if k == "mention"] and all(
+                not r["has_fulltext"] for k, r in no_body if k == "paper"), f
     assert all(seen.values()), seen
