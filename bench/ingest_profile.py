@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ingest_profile.py --config my_ingest.toml --run /tmp/prof_run
     .venv/bin/python bench/ingest_profile.py --config my_ingest.toml --run /tmp/new --same-as /tmp/old
+    .venv/bin/python bench/ingest_profile.py --config my_ingest.toml --run /tmp/new --same-as /tmp/old --compare-only
 
 Runs `jobs/ingest.py --run RUN --config CONFIG` as its own process (scale_run.child: wall, CPU and
 peak of the whole process tree) with Spark's event log on (a copy of the Spark conf dir with
@@ -172,8 +173,31 @@ def executions(log: Path, run: Path) -> list[dict]:
     return [{"execution": k, **{a: b for a, b in v.items() if a != "t0"}} for k, v in rows.items()]
 
 
+# tables of more rows are compared by Spark: two 65.7M-row references tables (2M papers) read whole
+# into Arrow and sorted ran this 24 GB machine out of memory
+ARROW_ROWS = 5_000_000
+
+
+def _rows(table: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table.glob("*.parquet"))
+
+
+def _same_rows_by_spark(a: Path, b: Path) -> bool:
+    """The two tables hold the same rows, each as often (exceptAll both ways, in a local Spark)."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[*]").appName("ingest_profile compare")
+             .config("spark.driver.memory", "4g").config("spark.ui.enabled", "false").getOrCreate())
+    x = spark.read.parquet(str(a))
+    y = spark.read.parquet(str(b)).select(x.columns)
+    return x.exceptAll(y).isEmpty() and y.exceptAll(x).isEmpty()
+
+
 def same_tables(run: Path, other: Path) -> list[str]:
-    """The ingested tables that differ between two runs (rows sorted by TABLE_KEYS)."""
+    """The ingested tables that differ between two runs (rows sorted by TABLE_KEYS; past ARROW_ROWS
+    rows, as multisets by Spark, the Parquet schemas compared apart)."""
     import pyarrow.parquet as pq
 
     differ = []
@@ -183,6 +207,15 @@ def same_tables(run: Path, other: Path) -> list[str]:
             continue
         if not (a.exists() and b.exists()):
             differ.append(f"{name} (in one run only)")
+            continue
+        if max(_rows(a), _rows(b)) > ARROW_ROWS:
+            sa, sb = (pq.read_schema(next(t.glob("*.parquet"))).remove_metadata() for t in (a, b))
+            if sorted(sa.names) != sorted(sb.names):
+                differ.append(f"{name} (columns)")
+            elif not _same_rows_by_spark(a, b):
+                differ.append(f"{name} (rows)")
+            elif not all(sa.field(c).equals(sb.field(c)) for c in sa.names):
+                differ.append(f"{name} (the schema only)")
             continue
         x, y = pq.read_table(a), pq.read_table(b)
         if sorted(x.column_names) != sorted(y.column_names):
@@ -205,9 +238,20 @@ def main() -> int:
     ap.add_argument("--same-as", type=Path, help="a run of the same input whose tables must be equal")
     ap.add_argument("--coverage", type=float, default=0.9, help="least share of the measured CPU the thread "
                     "sample must see")
+    ap.add_argument("--compare-only", action="store_true", help="no run: compare --run's tables (as profiled "
+                    "before) with --same-as's")
     Verdicts.add_arguments(ap)
     args = ap.parse_args()
     v = Verdicts()
+    if args.compare_only:
+        if not args.same_as:
+            ap.error("--compare-only needs --same-as")
+        differ = same_tables(args.run, args.same_as)
+        v.check(f"every table equals {args.same_as}'s", not differ, ", ".join(differ) or "all equal")
+        r, o = (json.loads((d / "profile.json").read_text()) for d in (args.run, args.same_as))
+        print(f"against {args.same_as}: CPU {r['cpu_s']:.1f} / {o['cpu_s']:.1f} s = {r['cpu_s'] / o['cpu_s']:.3f}, "
+              f"wall {r['seconds']:.1f} / {o['seconds']:.1f} s = {r['seconds'] / o['seconds']:.3f}")
+        return v.finish(args.no_fail)
 
     args.run.mkdir(parents=True, exist_ok=True)
     events = args.run / "profile_events"

@@ -327,6 +327,34 @@ def test_ingest_profile_splits_the_cpu_and_misses_on_tables_that_differ(repo_roo
     assert profile["cpu_s"] > 0 and sum(profile["threads"].values()) >= 0.9 * profile["cpu_s"]
 
 
+def test_ingest_profile_compares_large_tables_as_multisets_in_spark(spark, repo_root, tmp_path, monkeypatch):
+    """Past ARROW_ROWS rows the tables are compared by Spark (exceptAll both ways): the same rows in
+    another order and other files are equal; a changed row, or a row twice where it was once, is not."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(repo_root / "bench"))
+    spec = importlib.util.spec_from_file_location("sciencemap_bench_ingest_profile", repo_root / "bench" / "ingest_profile.py")
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+    monkeypatch.setattr(prof, "ARROW_ROWS", 0)
+
+    def run(name, *parts):
+        for i, rows in enumerate(parts):
+            (tmp_path / name / "references").mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({"citing_id": [r[0] for r in rows], "ref_key": [r[1] for r in rows],
+                                     "authors": [[{"name": r[0]}] for r in rows]}),
+                           tmp_path / name / "references" / f"part-{i}.parquet")
+        return tmp_path / name
+
+    a = run("a", [("p1", "b1"), ("p1", "b2")], [("p2", "b1")])
+    same = run("same", [("p2", "b1"), ("p1", "b2"), ("p1", "b1")])
+    changed = run("changed", [("p2", "b1"), ("p1", "b2"), ("p1", "b3")])
+    twice = run("twice", [("p2", "b1"), ("p1", "b2"), ("p1", "b1"), ("p1", "b1")])
+    assert prof.same_tables(a, same) == []
+    assert prof.same_tables(a, changed) == ["references (rows)"]
+    assert prof.same_tables(a, twice) == ["references (rows)"]
+
+
 def test_reader_speed_misses_an_unreachable_ratio(repo_root, tmp_path):
     """The S2ORC reader against json.loads on a small generated corpus: both roles print their
     row, and a reader no slower than json.loads (ratio <= 0.5) is out of reach."""
