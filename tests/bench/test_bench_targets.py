@@ -327,15 +327,12 @@ def test_ingest_profile_splits_the_cpu_and_misses_on_tables_that_differ(repo_roo
     assert profile["cpu_s"] > 0 and sum(profile["threads"].values()) >= 0.9 * profile["cpu_s"]
 
 
-def test_ingest_profile_compares_large_tables_as_multisets_in_spark(spark, repo_root, tmp_path, monkeypatch):
+def test_ingest_profile_compares_large_tables_as_multisets_in_spark(spark, repo_root, bench_module, tmp_path,
+                                                                   monkeypatch):
     """Past ARROW_ROWS rows the tables are compared by Spark (exceptAll both ways): the same rows in
     another order and other files are equal; a changed row, or a row twice where it was once, is not."""
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(repo_root / "bench"))
-    spec = importlib.util.spec_from_file_location("sciencemap_bench_ingest_profile", repo_root / "bench" / "ingest_profile.py")
-    prof = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prof)
+    monkeypatch.syspath_prepend(str(repo_root / "bench"))   # it imports verdicts
+    prof = bench_module("ingest_profile")
     monkeypatch.setattr(prof, "ARROW_ROWS", 0)
 
     def run(name, *parts):

@@ -1,9 +1,6 @@
 """bench/synthetic.py's references generator: the shares and tails it promises, on a small corpus."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pyarrow.compute as pc
 
@@ -11,16 +8,8 @@ from sciencemap.contracts import SCHEMAS
 from sciencemap.storage import read_table
 
 
-def synthetic(repo_root):
-    spec = importlib.util.spec_from_file_location("sciencemap_bench_synthetic", repo_root / "bench" / "synthetic.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_write_references_shares_and_tails(tmp_path, repo_root):
-    syn = synthetic(repo_root)
+def test_write_references_shares_and_tails(tmp_path, bench_module):
+    syn = bench_module("synthetic")
     n = 4000
     topic = syn.corpus_topics(n)
     info = syn.write_references(tmp_path, topic, shard=1500)

@@ -4,28 +4,15 @@ refstrings_unarxive, scisumm_ingest, embed_throughput), and the quality experime
 that change with the code and the input files, and a table that marks the rows read from it."""
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 
-def bench_module(repo_root: Path, name: str):
-    """A bench script as a module, loaded by file (bench/ is no package; the two loaded here import
-    no sibling, so nothing is put on the import path)."""
-    spec = importlib.util.spec_from_file_location(f"sciencemap_bench_{name}", repo_root / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def verdicts(repo_root):
-    return bench_module(repo_root, "verdicts")
+def verdicts(bench_module):
+    return bench_module("verdicts")   # (it and quality_experiment import no sibling)
 
 
 def test_lines_and_exit_codes(verdicts, capsys):
@@ -73,8 +60,8 @@ def test_no_fail_is_one_option_for_every_script(verdicts):
 # ---------------------------------------------------------------- the quality experiment's cache
 
 @pytest.fixture(scope="module")
-def quality(repo_root):
-    return bench_module(repo_root, "quality_experiment")
+def quality(bench_module):
+    return bench_module("quality_experiment")
 
 
 def test_code_hash_changes_with_the_code_it_names(quality, tmp_path):
