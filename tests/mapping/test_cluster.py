@@ -500,6 +500,25 @@ def test_parallel_cpm_loops_give_every_node_one_volume(planted_graph):
     assert p.W == pytest.approx(graph.w.sum() + 0.5 * (p.D * graph.n - deg.sum()))
 
 
+def test_parallel_cpm_graph_holds_every_edge_from_both_ends(planted_graph):
+    """The CSR build stores each undirected edge at both its nodes with its CWTS weight, and nothing
+    else but the loops; each node's neighbours ascending (the order adding the sorted edges one by
+    one gives), the same on every build."""
+    graph, _ = planted_graph
+    p = ParallelCPM(graph, threads=2)
+    assert p.g.numberOfEdges() == graph.m + p.g.numberOfSelfLoops()
+    want: dict[int, list] = {u: [] for u in range(graph.n)}
+    for lo, hi, w in zip(graph.lo.tolist(), graph.hi.tolist(), graph.w.tolist()):
+        want[lo].append((hi, w))
+        want[hi].append((lo, w))
+    again = ParallelCPM(graph, threads=2)
+    for u in range(graph.n):
+        got = [(v, w) for v, w in p.g.iterNeighborsWeights(u) if v != u]
+        assert [v for v, _ in got] == [v for v, _ in sorted(want[u])], u
+        assert np.allclose([w for _, w in got], [w for _, w in sorted(want[u])])
+        assert list(again.g.iterNeighborsWeights(u)) == list(p.g.iterNeighborsWeights(u))
+
+
 @pytest.mark.parametrize("resolution", [0.01, 0.05])
 def test_parallel_cpm_optimises_igraphs_cpm(tmp_path, make_run, resolution):
     """networkit's ParallelLeiden on the looped graph at γ_mod = 2Wγ/D² finds partitions of igraph's
