@@ -426,12 +426,16 @@ class ParallelCPM:
     γ·n_c²/2 at γ_mod = 2Wγ/D² (W the total weight, loops included). The moves and their gains are
     CPM's; the partitions' CPM quality is computed here (cpm_quality), not taken from networkit.
 
-    The graph is built from the edges as a CSR matrix (they are sorted by (lo, hi): row lo, column
-    hi; networkit's fromCSR stores each from both ends, in the order addEdge would): on the 2M scale
-    run's graph (64M edges) 18.3 s with the degrees and loops, where adding the edges in blocks took
-    59.0 s (one core, ≈ 1 µs an edge). Memory: networkit keeps each edge twice (node and weight, 16
-    bytes each way); while it builds, an int64 copy of `hi` (8 bytes an edge) exists beside it, less
-    than Leiden's own work after it."""
+    The graph is built as a CSR matrix, one row a node: its edges to higher nodes (the edges are
+    sorted by (lo, hi)), then its loop. networkit's fromCSR stores each edge at both ends, so every
+    node's list is its lower neighbours, its higher ones and its loop, in the order adding the
+    edges and then the loops one by one gave (a test), and each list has its exact length. On the
+    2M scale run's graph (64M edges) the blocks of addEdges took 69.0 s on one core (≈ 1 µs an
+    edge) and held 3,321 MB after; see docs/scale.md for this build's figures. Memory: networkit
+    keeps each edge twice (node and weight, 16 bytes each way); while it builds, the CSR arrays
+    (int64 columns, float64 weights: 16 bytes an edge) exist beside it."""
+
+    BLOCK = 8_000_000      # edges placed into the CSR arrays a step
 
     def __init__(self, graph: Graph, threads: int):
         import networkit as nk
@@ -441,20 +445,32 @@ class ParallelCPM:
         deg = (np.bincount(graph.lo, weights=graph.w, minlength=graph.n)
                + np.bincount(graph.hi, weights=graph.w, minlength=graph.n))
         self.D = float(deg.max()) if graph.m else 0.0
+        pad = 0.5 * (self.D - deg)
+        del deg
+        looped = pad > 0
+        # row i: its edges (lo = i), then its loop; each node's list is then its lower neighbours,
+        # its higher ones and its loop, as addEdge gave, and every list has its exact length
+        # (loops added after the edges made each list grow into twice its memory)
         indptr = np.zeros(graph.n + 1, np.int64)
-        np.cumsum(np.bincount(graph.lo, minlength=graph.n), out=indptr[1:])
+        np.cumsum(np.bincount(graph.lo, minlength=graph.n) + looped, out=indptr[1:])
+        loops_before = np.cumsum(looped) - looped
+        indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float64)
+        for i in range(0, graph.m, self.BLOCK):
+            j = min(graph.m, i + self.BLOCK)
+            at = np.arange(i, j, dtype=np.int64) + loops_before[graph.lo[i:j]]
+            indices[at], data[at] = graph.hi[i:j], graph.w[i:j]
+        del loops_before
+        rows = np.flatnonzero(looped)
+        indices[indptr[rows + 1] - 1], data[indptr[rows + 1] - 1] = rows, pad[rows]
+        del rows, looped, pad
         # GraphFromCsr reads only these four attributes; no scipy matrix, which would check and
         # may re-type the indices (a copy of every edge)
-        csr = SimpleNamespace(indptr=indptr, indices=graph.hi.astype(np.int64), data=graph.w,
-                              shape=(graph.n, graph.n))
+        csr = SimpleNamespace(indptr=indptr, indices=indices, data=data, shape=(graph.n, graph.n))
+        del indices, data
         # on one thread: with more, fromCSR stores the reverse entries in an order that varies run to run
         nk.setNumberOfThreads(1)
         g = GraphFromCsr(csr, directed=False, weighted=True)
         del csr
-        pad = 0.5 * (self.D - deg)
-        loops = np.flatnonzero(pad > 0).astype(np.uint64)
-        if len(loops):
-            g.addEdges((pad[loops], (loops, loops)), checkMultiEdge=False)
         self.W = float(g.totalEdgeWeight())
         self.g = g
 

@@ -500,23 +500,31 @@ def test_parallel_cpm_loops_give_every_node_one_volume(planted_graph):
     assert p.W == pytest.approx(graph.w.sum() + 0.5 * (p.D * graph.n - deg.sum()))
 
 
-def test_parallel_cpm_graph_holds_every_edge_from_both_ends(planted_graph):
-    """The CSR build stores each undirected edge at both its nodes with its CWTS weight, and nothing
-    else but the loops; each node's neighbours ascending (the order adding the sorted edges one by
-    one gives), the same on every build."""
+@pytest.mark.parametrize("block", [ParallelCPM.BLOCK, 7])
+def test_parallel_cpm_graph_is_the_one_adding_edges_then_loops_gives(planted_graph, monkeypatch, block):
+    """The CSR build holds each undirected edge at both its nodes with its CWTS weight and each
+    node's loop last: node by node the same lists, in the same order, as adding the sorted edges
+    and then the loops one by one (the build before it), so one thread gives the same partitions;
+    the same on every build, and whatever the blocks the edges are placed in."""
+    import networkit as nk
+
+    monkeypatch.setattr(ParallelCPM, "BLOCK", block)
     graph, _ = planted_graph
+    graph = Graph(graph.n + 1, graph.lo, graph.hi, graph.a, graph.w)       # one isolated node
     p = ParallelCPM(graph, threads=2)
-    assert p.g.numberOfEdges() == graph.m + p.g.numberOfSelfLoops()
-    want: dict[int, list] = {u: [] for u in range(graph.n)}
-    for lo, hi, w in zip(graph.lo.tolist(), graph.hi.tolist(), graph.w.tolist()):
-        want[lo].append((hi, w))
-        want[hi].append((lo, w))
+    ref = nk.Graph(graph.n, weighted=True, directed=False)
+    ref.addEdges((graph.w, (graph.lo.astype(np.uint64), graph.hi.astype(np.uint64))), checkMultiEdge=False)
+    loops = np.arange(graph.n)[[p.D > ref.weightedDegree(u) for u in range(graph.n)]]
+    ref.addEdges((0.5 * (p.D - np.array([ref.weightedDegree(u) for u in loops])),
+                  (loops.astype(np.uint64), loops.astype(np.uint64))), checkMultiEdge=False)
+    assert p.g.numberOfEdges() == graph.m + len(loops) and p.g.numberOfSelfLoops() == len(loops) > 0
     again = ParallelCPM(graph, threads=2)
     for u in range(graph.n):
-        got = [(v, w) for v, w in p.g.iterNeighborsWeights(u) if v != u]
-        assert [v for v, _ in got] == [v for v, _ in sorted(want[u])], u
-        assert np.allclose([w for _, w in got], [w for _, w in sorted(want[u])])
-        assert list(again.g.iterNeighborsWeights(u)) == list(p.g.iterNeighborsWeights(u))
+        got, want = list(p.g.iterNeighborsWeights(u)), list(ref.iterNeighborsWeights(u))
+        assert [v for v, _ in got] == [v for v, _ in want], u
+        assert np.allclose([w for _, w in got], [w for _, w in want])
+        assert list(again.g.iterNeighborsWeights(u)) == got
+    assert p.W == pytest.approx(ref.totalEdgeWeight())
 
 
 @pytest.mark.parametrize("resolution", [0.01, 0.05])
