@@ -213,7 +213,7 @@ def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
     links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi)."""
     key, ok = pair_keys(src, dst, sim, n)
     sim = np.asarray(sim, np.float32)
-    if not ok.all():
+    if len(key) < len(sim):     # pair_keys dropped some edges (its mask, not a second pass over it)
         sim = sim[ok]
     del ok
     idx = _index_dtype(n)
@@ -463,8 +463,8 @@ class ParallelCPM:
         rows = np.flatnonzero(looped)
         indices[indptr[rows + 1] - 1], data[indptr[rows + 1] - 1] = rows, pad[rows]
         del rows, looped, pad
-        # GraphFromCsr reads only these four attributes; no scipy matrix, which would check and
-        # may re-type the indices (a copy of every edge)
+        # GraphFromCsr (networkit 11.3, pinned) reads only these four attributes; no scipy matrix,
+        # which would check and may re-type the indices (a copy of every edge)
         csr = SimpleNamespace(indptr=indptr, indices=indices, data=data, shape=(graph.n, graph.n))
         del indices, data
         # on one thread: with more, fromCSR stores the reverse entries in an order that varies run to run
