@@ -216,7 +216,7 @@ def networks(layout: RunLayout, n_rows: int, cfg: EvaluateConfig, citation: Link
     def measure(name: str, g: Links, drop: str | None = None) -> None:
         """g's overlaps with the graphs held, then (with `drop` freed first) its statistics."""
         for other, h in held.items():
-            pairs[other, name] = edge_overlap(h, g)
+            pairs[other, name] = edge_overlap(h, g, workers=workers)
         held.pop(drop, None)
         held[name] = g
         order.append(name)

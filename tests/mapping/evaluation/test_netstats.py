@@ -150,6 +150,8 @@ def test_link_keys_and_chunked_overlap():
                  & set(zip(g.lo.tolist(), g.hi.tolist())))
     assert expect > 0
     assert links_in_graph(keys, g.lo, g.hi, n) == links_in_graph(keys, g.lo, g.hi, n, chunk=7) == expect
+    # chunks counted in threads: each chunk once, whatever order they finish in
+    assert links_in_graph(keys, g.lo, g.hi, n, chunk=7, workers=3) == expect
     assert _graph(5, [0], [1]).igraph().vcount() == 5         # isolated rows are nodes
 
 
@@ -314,11 +316,11 @@ def test_ranges_concatenate_aranges_and_skip_empty_ones():
     assert len(_ranges(np.array([3]), np.array([0]))) == 0
 
 
-@pytest.mark.parametrize("chunk", [1, 50, 1 << 22])
-def test_local_clustering_from_the_csr_equals_igraphs(chunk):
+@pytest.mark.parametrize("chunk,workers", [(1, 1), (50, 1), (1 << 22, 1), (50, 3), (1 << 22, 600)])
+def test_local_clustering_from_the_csr_equals_igraphs(chunk, workers):
     """Each node's coefficient from the CSR graph equals igraph's local transitivity (mode "zero"),
-    on a graph with hubs, triangles, isolated and degree-1 nodes, whatever the nodes' order and
-    however small the blocks."""
+    on a graph with hubs, triangles, isolated and degree-1 nodes, whatever the nodes' order, however
+    small the blocks and however many threads share the nodes (more threads than nodes included)."""
     from mapping.evaluation.netstats import local_clustering
 
     rng = np.random.default_rng(4)
@@ -333,7 +335,7 @@ def test_local_clustering_from_the_csr_equals_igraphs(chunk):
     assert (ref == 0).sum() > 10 and (ref == 1).sum() > 0    # degree < 2 or no triangle; a closed neighbourhood
     assert ((ref > 0) & (ref < 1)).sum() > 100
     nodes = np.concatenate([rng.permutation(n)[:500], [701, 705]])
-    assert local_clustering(csr, nodes, chunk=chunk) == pytest.approx(ref[nodes], rel=1e-12, abs=0)
+    assert local_clustering(csr, nodes, chunk=chunk, workers=workers) == pytest.approx(ref[nodes], rel=1e-12, abs=0)
 
 
 def test_a_clustering_sample_needs_no_igraph_graph_and_gives_igraphs_figures(monkeypatch):
