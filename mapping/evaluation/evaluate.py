@@ -74,7 +74,7 @@ class EvaluateConfig:
                                         "METHODS.md §5.5)")
     path_workers: int = setting(0, "processes running the shortest-path searches, 64 sources a pass (0 = one per "
                                    "core; fewer where the free memory does not hold a pass's ≈ 48 B a node each); "
-                                   "same figures whatever the number")
+                                   "same figures whatever the number; also the threads of the edge overlaps and clustering samples")
     random_graph_seed: int = setting(0, "seed of the random graph G(n, m) of the kNN graph's density (the one of "
                                         "the citation graph's density gets seed + 1)")
     random_citation_graph: bool = setting(True, "also measure a random graph of the citation graph's density")
