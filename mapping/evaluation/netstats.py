@@ -142,6 +142,18 @@ def link_keys(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     return sorted_unique(lo[ok] * n + hi[ok])
 
 
+def _in_threads(fn, items, workers: int) -> list:
+    """[fn(x) for x in items], in up to `workers` threads when there is more than one item: for
+    NumPy work that runs without the GIL."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
 def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chunk: int = CHUNK,
                    workers: int = 1) -> int:
     """How many of the sorted distinct link keys are edges (lo, hi) of the graph (edges distinct).
@@ -157,13 +169,7 @@ def links_in_graph(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, chu
         np.minimum(pos, len(keys) - 1, out=pos)
         return int(np.count_nonzero(keys[pos] == k))
 
-    starts = range(0, len(lo), chunk)
-    if workers <= 1 or len(starts) == 1:
-        return sum(map(hits, starts))
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(workers, len(starts))) as pool:
-        return sum(pool.map(hits, starts))
+    return sum(_in_threads(hits, range(0, len(lo), chunk), workers))
 
 
 def random_graph(n: int, m: int, seed, chunk: int = CHUNK) -> Links:
@@ -257,8 +263,8 @@ def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK, workers: int 
     nodes = np.asarray(nodes, np.int64)
     out = np.zeros(len(nodes))
 
-    def coefficients(a: int, b: int) -> None:
-        todo = [(a, b)]
+    def coefficients(part: tuple[int, int]) -> None:
+        todo = [part]
         while todo:
             a, b = todo.pop()
             block = nodes[a:b]
@@ -277,15 +283,8 @@ def local_clustering(graph, nodes: np.ndarray, chunk: int = CHUNK, workers: int 
             pairs = dv * (dv - 1) / 2
             out[a:b] = np.divide(twice / 2, pairs, out=np.zeros(len(block)), where=dv >= 2)
 
-    cuts = np.linspace(0, len(nodes), max(1, min(workers, len(nodes))) + 1).astype(np.int64)
-    if len(cuts) <= 2:
-        coefficients(0, len(nodes))
-        return out
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(cuts) - 1) as pool:     # disjoint slices of `out`
-        for f in [pool.submit(coefficients, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]:
-            f.result()
+    cuts = np.linspace(0, len(nodes), max(1, min(workers, len(nodes))) + 1).astype(np.int64).tolist()
+    _in_threads(coefficients, zip(cuts[:-1], cuts[1:]), workers)     # disjoint slices of `out`
     return out
 
 
