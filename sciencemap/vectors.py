@@ -2,7 +2,8 @@
 
 The embed stage writes Parquet shards (sciencemap.embeddings); the mapping stages need random
 access to n × d unit vectors without holding them in memory (33M × 768 float32 is 101 GB). So the
-first mapping stage converts the shards, shard by shard, into a run's `vectors/` directory:
+first mapping stage converts the shards into a run's `vectors/` directory, a shard a thread on
+every core, each written at its own rows' offset:
 
 - `vectors.npy`: an n × d NumPy array (float32 or float16, chosen by the caller and recorded),
   rows L2-normalised at write time (a zero row stays zero), opened with `np.load(mmap_mode="r")`;
@@ -11,7 +12,7 @@ first mapping stage converts the shards, shard by shard, into a run's `vectors/`
   (the shards' names, sizes and modification times), so a changed embed run is converted again.
 
 Row numbers are the integer ids every later table uses (edges, clusters).
-Memory: one shard's vectors at a time, plus the id hash set of the duplicate check.
+Memory: one shard's vectors a thread, plus the id hash set of the duplicate check.
 """
 from __future__ import annotations
 
@@ -218,9 +219,46 @@ def ensure_vectors(layout: RunLayout, dtype: str = "float32", log=None) -> Vecto
     return open_vectors(d)
 
 
-def write_vectors(shards: list[Path], dest: Path, dtype: str, fingerprint: str, log=None) -> dict:
-    """Two passes over the shards: ids (count, duplicate check), then vectors block by block."""
-    rows, dim = 0, None
+def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
+    """All of `data` at byte `pos` of fd (pwrite may write less than it was given)."""
+    while len(data):
+        done = os.pwrite(fd, data, pos)
+        data, pos = data[done:], pos + done
+
+
+def convert_workers(workers: int = 0) -> int:
+    """Threads that convert shards (0 = one per core)."""
+    return workers if workers > 0 else (os.cpu_count() or 1)
+
+
+def _in_shard_order(fn, count: int, workers: int):
+    """fn(0), fn(1), ... in that order, computed in up to `workers` threads with at most
+    2 · workers calls started ahead of the one being returned (each holds one shard)."""
+    if workers <= 1 or count <= 1:
+        yield from (fn(i) for i in range(count))
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        ahead, nxt = deque(), 0
+        try:
+            while ahead or nxt < count:
+                while nxt < count and len(ahead) < 2 * workers:
+                    ahead.append(pool.submit(fn, nxt))
+                    nxt += 1
+                yield ahead.popleft().result()
+        finally:
+            for fut in ahead:
+                fut.cancel()
+
+
+def write_vectors(shards: list[Path], dest: Path, dtype: str, fingerprint: str, log=None,
+                  workers: int = 0) -> dict:
+    """Two passes: the shards' row counts from their footers, then each shard read, normalised and
+    written at its own rows' offset by `workers` threads (0 = one per core: Arrow's reads and
+    NumPy's arithmetic run without the GIL), the ids written in shard order as they come back."""
+    rows, dim, counts = 0, None, []
     for s in shards:
         schema = pq.read_schema(s)
         vt = schema.field("vector").type
@@ -228,28 +266,41 @@ def write_vectors(shards: list[Path], dest: Path, dtype: str, fingerprint: str, 
             raise UserError(f"{s}: column 'vector' must be a fixed-size list of one dim for every shard; "
                             "shards come from different runs: re-run the embed stage")
         dim = vt.list_size
-        rows += pq.ParquetFile(s).metadata.num_rows
+        counts.append(pq.ParquetFile(s).metadata.num_rows)
+        rows += counts[-1]
     if dim is None:
         raise UserError(f"no embedding shards in {shards}")
+    starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
+    row_bytes = dim * np.dtype(dtype).itemsize
     with atomic_dir(dest) as tmp:
         ids_writer = pq.ParquetWriter(tmp / VECTORS_IDS, pa.schema([("paper_id", pa.string())]))
-        # Written as a plain .npy stream (header, then the rows), not through a memory map: the
-        # pages a map writes count in this process's RSS until they are flushed (50 GB at 33M).
-        at = 0
+        # Written with plain writes (a header, then each shard's rows at their offset), not through
+        # a memory map: the pages a map writes count in this process's RSS until they are flushed
+        # (50 GB at 33M).
         with open(tmp / VECTORS_MATRIX, "wb") as f:
             np.lib.format.write_array_header_1_0(
                 f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
                     "shape": (rows, dim)})
-            for s in shards:
-                t = pq.read_table(s, columns=["paper_id", "vector"])
-                ids = t.column("paper_id").combine_chunks()
-                ids_writer.write_table(pa.table({"paper_id": ids}))
+            f.flush()
+            base, fd = f.tell(), f.fileno()
+
+            def convert(i: int) -> pa.Array:
+                try:
+                    t = pq.read_table(shards[i], columns=["paper_id", "vector"])
+                except (OSError, pa.ArrowException) as e:
+                    raise UserError(f"{shards[i]}: unreadable embedding shard ({e}); re-run the embed stage") from None
+                if len(t) != counts[i]:
+                    raise UserError(f"{shards[i]} changed while the vector store was written; run again")
                 flat = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-                f.write(unit_rows(flat.reshape(len(t), dim)).astype(dtype, copy=False).tobytes())
-                at += len(t)
-                del t, flat
+                block = np.ascontiguousarray(unit_rows(flat.reshape(len(t), dim)).astype(dtype, copy=False))
+                _pwrite_all(fd, memoryview(block).cast("B"), base + starts[i] * row_bytes)
+                return t.column("paper_id").combine_chunks()
+
+            for i, ids in enumerate(_in_shard_order(convert, len(shards), convert_workers(workers))):
+                ids_writer.write_table(pa.table({"paper_id": ids}))
                 if log:
-                    log(f"vectors: {at:,}/{rows:,} rows converted")
+                    log(f"vectors: {starts[i + 1]:,}/{rows:,} rows converted")
+            os.ftruncate(fd, base + rows * row_bytes)   # the size a matrix without rows (or shards) has
         ids_writer.close()
         all_ids = pq.read_table(tmp / VECTORS_IDS).column("paper_id")
         if pc.count_distinct(all_ids).as_py() != len(all_ids):

@@ -14,7 +14,8 @@ from sciencemap.embeddings import load_embeddings, shard_name
 from sciencemap.layout import RunLayout
 from sciencemap.progress import Progress
 from sciencemap.runtime import UserError
-from sciencemap.vectors import ensure_vectors, open_vectors, read_rows
+from sciencemap.embeddings import embedding_shards
+from sciencemap.vectors import ensure_vectors, open_vectors, read_rows, write_vectors
 
 
 
@@ -85,6 +86,48 @@ def test_bad_stores_and_duplicate_ids_are_user_errors(run, tmp_path, write_shard
     with pytest.raises(UserError, match="shape"):
         open_vectors(layout)
     del v
+
+
+def test_shards_converted_in_threads_give_the_bytes_of_one_after_another(tmp_path, write_shard):
+    """Each shard is written at its rows' offset by whichever thread converts it; the ids follow
+    shard order. Shards of uneven sizes, more shards than threads, both dtypes."""
+    d = tmp_path / "emb"
+    d.mkdir()
+    rng = np.random.default_rng(5)
+    sizes = [7, 1, 12, 3, 9, 2, 5]
+    X = rng.normal(size=(sum(sizes), 5)).astype(np.float32)
+    ids = [f"p:{i}" for i in range(len(X))]
+    at = 0
+    for i, k in enumerate(sizes):
+        write_shard(d / shard_name(i), ids[at:at + k], X[at:at + k])
+        at += k
+    shards, _ = embedding_shards(d)
+    for dtype in ("float32", "float16"):
+        one = write_vectors(shards, tmp_path / f"one_{dtype}", dtype, "f", workers=1)
+        many = write_vectors(shards, tmp_path / f"many_{dtype}", dtype, "f", workers=3)
+        assert one == many
+        a, b = (open_vectors(tmp_path / f"{w}_{dtype}") for w in ("one", "many"))
+        assert (tmp_path / f"one_{dtype}" / "vectors.npy").read_bytes() == \
+               (tmp_path / f"many_{dtype}" / "vectors.npy").read_bytes()
+        assert b.ids().tolist() == ids == a.ids().tolist()
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        np.testing.assert_allclose(np.asarray(b.X, np.float32), X / norms, atol=1e-3 if dtype == "float16" else 1e-6)
+
+
+def test_an_unreadable_shard_is_one_user_error_and_leaves_no_store(tmp_path, write_shard):
+    d = tmp_path / "emb"
+    d.mkdir()
+    X = np.random.default_rng(6).normal(size=(400, 8)).astype(np.float32)
+    for i in range(4):
+        write_shard(d / shard_name(i), [f"p:{i}:{j}" for j in range(100)], X[100 * i:100 * (i + 1)])
+    bad = d / shard_name(2)
+    raw = bytearray(bad.read_bytes())
+    raw[4:len(raw) // 2] = b"\xff" * (len(raw) // 2 - 4)      # the data pages, not the footer the first pass reads
+    bad.write_bytes(bytes(raw))
+    shards, _ = embedding_shards(d)
+    with pytest.raises(UserError, match=f"{shard_name(2)}: unreadable embedding shard"):
+        write_vectors(shards, tmp_path / "vectors", "float32", "f", workers=2)
+    assert not (tmp_path / "vectors").exists()
 
 
 def test_read_rows_from_a_memory_map_float32_and_float16(tmp_path):
