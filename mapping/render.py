@@ -239,7 +239,7 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
 
     with steps("topic_vectors"):
         with Progress("render: topic vectors", n, "rows") as prog:
-            tv = topic_vectors(vec.X, lab_d, T, progress=prog)
+            tv = topic_vectors(vec.X, lab_d, T, progress=prog, workers=0)   # every core
 
     with steps("layout"):
         txy = topic_layout(tv, cfg.layout_method, cfg.seed, cfg.n_neighbors, cfg.min_dist)
@@ -292,7 +292,8 @@ def run_render(cfg: RenderConfig, layout: RunLayout) -> dict:
                                topics_schema(SCHEMAS["areas"]))
     with steps("examples"):
         with Progress("render: example titles", n, "rows") as prog:
-            central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog)
+            central = central_rows(vec.X, lab_d, tv, meta.has_title & on_map, cfg.examples, progress=prog,
+                                   workers=0)
         wanted = [meta.paper_of_row[central[d]] for d in range(T)]
         titles = read_titles(meta.papers_files, np.concatenate(wanted) if wanted else np.zeros(0, np.int64))
         examples = [[titles[i] for i in w.tolist()] for w in wanted]

@@ -69,8 +69,17 @@ def _read_block(X, lo, hi) -> np.ndarray:
     return read_rows(X, lo, hi)
 
 
+def _threads(workers: int):
+    """(thread count, a pool of them or None for one): `workers` threads, 0 = one per core."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = workers if workers > 0 else (os.cpu_count() or 1)
+    return workers, (ThreadPoolExecutor(workers) if workers > 1 else None)
+
+
 def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None, block_rows: int | None = None,
-                  progress=None) -> np.ndarray:
+                  progress=None, workers: int = 1) -> np.ndarray:
     """Mean vector per topic (float64, n_topics × d), from X (an array or a memory-mapped store)
     read in blocks of rows; rows labelled -1 are left out.
 
@@ -78,7 +87,9 @@ def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None
     float64 (memory bounded by the block), added into a float64 topics × d sum. Sums of float32
     values in float64 are exact for unit vectors in practice, so the means (and the UMAP layout
     drawn from them) do not depend on the block size and equal a whole-matrix product;
-    summing in float32 changed most of the means' float32 bits."""
+    summing in float32 changed most of the means' float32 bits. `workers` threads (0 = one per
+    core) take a slice of the columns each: every sum gets the same additions in the same order,
+    so the means are those of one thread, bit for bit (SciPy's product and NumPy run without the GIL)."""
 
     labels = np.asarray(labels)
     n, d = X.shape
@@ -87,26 +98,42 @@ def topic_vectors(X: np.ndarray, labels: np.ndarray, n_topics: int | None = None
         n_topics = int(labels[keep].max()) + 1 if keep.any() else 0
     acc = np.zeros((n_topics, d), np.float64)
     step = block_rows or rows_per_block(d, 8)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        lb = labels[lo:hi]
-        ok = np.flatnonzero(lb >= 0)
-        if len(ok):
-            Xb = _read_block(X, lo, hi)
-            topics, inv = np.unique(lb[ok], return_inverse=True)
-            Mb = sp.csr_matrix((np.ones(len(ok)), (inv.ravel(), ok)), shape=(len(topics), hi - lo))
-            acc[topics] += Mb @ Xb.astype(np.float64)
-            del Xb
-        if progress is not None:
-            progress.advance(hi - lo)
+    width, pool = _threads(workers)
+    cuts = np.linspace(0, d, width + 1).astype(int)
+    columns = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    try:
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            lb = labels[lo:hi]
+            ok = np.flatnonzero(lb >= 0)
+            if len(ok):
+                Xb = _read_block(X, lo, hi)
+                topics, inv = np.unique(lb[ok], return_inverse=True)
+                Mb = sp.csr_matrix((np.ones(len(ok)), (inv.ravel(), ok)), shape=(len(topics), hi - lo))
+
+                def add(cols: tuple[int, int]) -> None:
+                    a, b = cols
+                    acc[topics, a:b] += Mb @ Xb[:, a:b].astype(np.float64)
+
+                if pool:
+                    list(pool.map(add, columns))
+                else:
+                    add((0, d))
+                del Xb
+            if progress is not None:
+                progress.advance(hi - lo)
+    finally:
+        if pool:
+            pool.shutdown()
     sizes = np.bincount(labels[keep], minlength=n_topics).astype(np.float64)
     return acc / np.maximum(sizes, 1)[:, None]
 
 
 def central_rows(X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray, eligible: np.ndarray,
-                 per_topic: int = 3, block_rows: int | None = None, progress=None) -> list[list[int]]:
+                 per_topic: int = 3, block_rows: int | None = None, progress=None, workers: int = 1) -> list[list[int]]:
     """Per topic, the eligible rows closest (cosine) to the topic's mean vector, most central first
-    (ties in row order). One pass over X in blocks; then one sort of the eligible rows."""
+    (ties in row order). One pass over X in blocks, `workers` threads (0 = one per core) scoring a
+    block each; then one sort of the eligible rows."""
 
     labels = np.asarray(labels)
     n, d = X.shape
@@ -115,15 +142,28 @@ def central_rows(X: np.ndarray, labels: np.ndarray, topic_vecs: np.ndarray, elig
     cand = np.asarray(eligible, bool) & (labels >= 0)
     score = np.zeros(n, np.float64)
     step = block_rows or rows_per_block(d, 8)
-    for lo in range(0, n, step):
+
+    def block_scores(lo: int) -> int:
         hi = min(n, lo + step)
         ok = cand[lo:hi]
         if ok.any():
             Xb = _read_block(X, lo, hi)
             lb = labels[lo:hi]
-            score[lo:hi][ok] = np.einsum("ij,ij->i", Xb[ok], tv[lb[ok]])
-        if progress is not None:
-            progress.advance(hi - lo)
+            score[lo:hi][ok] = np.einsum("ij,ij->i", Xb[ok], tv[lb[ok]])    # disjoint rows a block
+        return hi - lo
+
+    width, pool = _threads(workers)
+    try:
+        # at most the pool's size of blocks at once: each holds its rows
+        starts = list(range(0, n, step))
+        for s in range(0, len(starts), width):
+            done = pool.map(block_scores, starts[s:s + width]) if pool else map(block_scores, starts[s:s + width])
+            for rows in done:
+                if progress is not None:
+                    progress.advance(rows)
+    finally:
+        if pool:
+            pool.shutdown()
     rows = np.flatnonzero(cand)
     rows = rows[np.lexsort((-score[rows], labels[rows]))]      # by topic, most central first; stable
     out: list[list[int]] = [[] for _ in range(len(tv))]

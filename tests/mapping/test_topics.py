@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from mapping.overlays import topic_overlays
-from mapping.topics import (div, div_star, example_titles, field_matrix, topic_labels,
+from mapping.topics import (central_rows, div, div_star, example_titles, field_matrix, topic_labels,
                             topic_vectors)
 
 
@@ -219,6 +219,32 @@ def test_topic_vectors_blockwise_from_the_memmap_equal_the_dense_mean(tmp_path):
     np.save(path, X.astype(np.float16))
     mm16 = np.load(path, mmap_mode="r")
     np.testing.assert_allclose(topic_vectors(mm16, labels, block_rows=100), dense, atol=2e-3)
+
+
+def test_topic_vectors_and_central_rows_in_threads_equal_one_thread_bit_for_bit(tmp_path):
+    """Threads take column slices (topic vectors) or blocks (central rows): every sum gets the same
+    additions in the same order, so the results are those of one thread exactly, on values whose
+    float64 sums round (not unit vectors, wide magnitudes) and with more threads than columns."""
+    rng = np.random.default_rng(4)
+    X = (rng.normal(size=(3001, 10)) * np.exp(rng.normal(scale=8, size=(3001, 1)))).astype(np.float32)
+    labels = rng.integers(0, 40, 3001)
+    labels[::7] = -1
+    path = tmp_path / "v.npy"
+    np.save(path, X)
+    mm = np.load(path, mmap_mode="r")
+    one = topic_vectors(mm, labels, block_rows=256)
+    eligible = rng.random(3001) < 0.8
+    want = central_rows(mm, labels, one, eligible, per_topic=4, block_rows=256)
+    assert sum(map(len, want)) == 4 * 40
+    for workers in (2, 3, 16):
+        np.testing.assert_array_equal(topic_vectors(mm, labels, block_rows=256, workers=workers), one)
+        assert central_rows(mm, labels, one, eligible, per_topic=4, block_rows=256, workers=workers) == want
+    # a check that could fail: the values are such that the order of the additions shows
+    keep = labels >= 0
+    other = np.zeros_like(one)
+    for i in rng.permutation(np.flatnonzero(keep)):
+        other[labels[i]] += X[i].astype(np.float64)
+    assert not np.array_equal(other / np.bincount(labels[keep])[:, None], one)
 
 
 def test_overlays_with_words_in_papers_table_order_equal_the_frame_path():
