@@ -78,7 +78,7 @@ Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 
 type; the values are those of the float64 computation, so partitions do not change): 20 bytes an
 undirected edge. The int64 pair key exists only while `undirected` sorts (with the input arrays,
 the sort permutation and the sorted copy, about 40 bytes a directed edge at its peak, before
-igraph exists). igraph then holds about 32 bytes an undirected edge, plus Leiden's incidence
+igraph exists; key ranges sorted in the `workers` threads, the same at most). igraph then holds about 32 bytes an undirected edge, plus Leiden's incidence
 lists and aggregate graphs while it runs; the merge touches only the edges of small clusters.
 The stage's peak on 1M nodes / 19.3M edges: 2.7 GB (the former list-based igraph construction
 alone reached 5.8 GB there, at 2.4x the CPU time).
@@ -141,7 +141,7 @@ class ClusterConfig:
     workers: int = setting(0, "resolutions clustered at once, each in a forked process sharing the graph "
                            "(copy-on-write); 0 = one per core, fewer where memory is short; 1 = one after another. "
                            "The partitions are the same either way (each resolution seeds its own Leiden). "
-                           "With engine networkit: its threads (0 = one per core)")
+                           "With engine networkit: its threads (0 = one per core). Also the threads that sort the graph's pairs")
     warm_start: bool = setting(False, "each finer resolution starts from the next coarser one's clusters, refined "
                                "inside each of them (in worker processes, each cluster seeded by its own), then runs "
                                "polish_iterations Leiden iterations on the whole graph: much cheaper on large graphs, "
@@ -208,9 +208,33 @@ def pair_keys(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int) -> tupl
     return key, ok
 
 
-def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
+UNDIRECTED_SPLIT_MIN = 1_000_000    # directed edges below which one thread sorts them all
+
+
+def _distinct_max(pair: list) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct keys of pair = [keys, similarities] and the largest similarity of each.
+    `pair` is emptied: each array is freed as soon as its sorted copy exists (if nothing else holds it)."""
+    key, sim = pair
+    pair.clear()
+    order = np.argsort(key)
+    key = key[order]
+    sim = sim[order]
+    del order
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return key[starts], np.maximum.reduceat(sim, starts)
+
+
+def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int, workers: int = 1):
     """Union of both directions with max similarity, clipped at 0; pairs of weight 0 and self
-    links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi)."""
+    links dropped. Inputs are node numbers; returns (lo, hi, a) sorted by (lo, hi).
+
+    With `workers` > 1 the pair keys are cut into that many key ranges (at quantiles of a sample,
+    so the ranges hold about as many edges): threads pick out a range each, the whole arrays are
+    freed, then each range is sorted and reduced in its own thread (NumPy's argsort and gathers run
+    without the GIL). Both directions of a pair share its key, so they fall in one range, and the
+    ranges joined in order are the one-thread result. Memory, a directed edge: the keys (8 B) and
+    similarities, then the sort's order and sorted copies (≈ 28 B at once on one thread); the
+    ranges' copies are counted before they are filled and freed as their sorted copies are made."""
     key, ok = pair_keys(src, dst, sim, n)
     sim = np.asarray(sim, np.float32)
     if len(key) < len(sim):     # pair_keys dropped some edges (its mask, not a second pass over it)
@@ -219,13 +243,50 @@ def undirected(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int):
     idx = _index_dtype(n)
     if len(key) == 0:
         return np.zeros(0, idx), np.zeros(0, idx), np.zeros(0, np.float32)
-    order = np.argsort(key)
-    key = key[order]
-    sim = sim[order]
-    del order
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    a = np.maximum.reduceat(sim, starts)
-    key = key[starts]
+    parts = max(1, min(int(workers), len(key) // UNDIRECTED_SPLIT_MIN))
+    if parts == 1:
+        pair = [key, sim]
+        del key, sim
+        key, a = _distinct_max(pair)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        sample = np.sort(key[:: max(1, len(key) // (1000 * parts))])
+        cuts = np.unique(sample[(np.arange(1, parts) * len(sample)) // parts]).tolist()
+        bounds = list(zip([None] + cuts, cuts + [None]))
+        blocks = range(0, len(key), UNDIRECTED_SPLIT_MIN)
+
+        def pick(bound: tuple) -> list:
+            """[keys, similarities] of one key range: counted, then copied a block at a time."""
+            first, stop = bound
+
+            def inside(s: int) -> np.ndarray:
+                k = key[s:s + UNDIRECTED_SPLIT_MIN]
+                m = np.ones(len(k), bool) if first is None else k >= first
+                if stop is not None:
+                    m &= k < stop
+                return m
+
+            counts = [int(np.count_nonzero(inside(s))) for s in blocks]
+            keys, sims, at = np.empty(sum(counts), np.int64), np.empty(sum(counts), np.float32), 0
+            for s, c in zip(blocks, counts):
+                m = inside(s)
+                keys[at:at + c], sims[at:at + c] = key[s:s + UNDIRECTED_SPLIT_MIN][m], sim[s:s + UNDIRECTED_SPLIT_MIN][m]
+                at += c
+            return [keys, sims]
+
+        with ThreadPoolExecutor(len(bounds)) as pool:
+            ranges = list(pool.map(pick, bounds))
+            del key, sim
+
+            def reduce(i: int) -> tuple[np.ndarray, np.ndarray]:
+                pair, ranges[i] = ranges[i], None
+                return _distinct_max(pair)
+
+            done = list(pool.map(reduce, range(len(bounds))))
+        key = np.concatenate([k for k, _ in done])
+        a = np.concatenate([m for _, m in done])
+        del done
     lo = key // n
     key -= lo * n           # hi: a multiply for the second integer division
     return lo.astype(idx), key.astype(idx), a
@@ -239,15 +300,16 @@ def cwts_normalise(lo: np.ndarray, hi: np.ndarray, a: np.ndarray, n: int) -> np.
     return a / s[lo] + a / s[hi]
 
 
-def build_graph(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int | None = None) -> Graph:
-    """Graph from a directed edge list of node numbers (vector rows); n nodes (default max + 1)."""
+def build_graph(src: np.ndarray, dst: np.ndarray, sim: np.ndarray, n: int | None = None, workers: int = 1) -> Graph:
+    """Graph from a directed edge list of node numbers (vector rows); n nodes (default max + 1);
+    the pairs sorted in `workers` threads (undirected)."""
     src, dst = np.asarray(src), np.asarray(dst)
     if n is None:
         n = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
     if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise UserError(f"edge rows must lie in 0..{n - 1}; the edges do not belong to these vectors: "
                         "re-run the knn stage")
-    lo, hi, a = undirected(src, dst, sim, n)
+    lo, hi, a = undirected(src, dst, sim, n, workers)
     return Graph(n=int(n), lo=lo, hi=hi, a=a, w=cwts_normalise(lo, hi, a, n))
 
 
@@ -494,7 +556,8 @@ class ParallelCPM:
 
 
 def cores(cfg: ClusterConfig) -> int:
-    """The `workers` setting, 0 = one per core: warm start's refinement processes, networkit's threads."""
+    """The `workers` setting, 0 = one per core: warm start's refinement processes, networkit's threads,
+    the graph build's sorting threads."""
     return cfg.workers if cfg.workers > 0 else (os.cpu_count() or 1)
 
 
@@ -893,6 +956,9 @@ def read_edges(layout: RunLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
     dst = t.column("dst").to_numpy()
     sim = t.column("similarity").to_numpy()
     del t
+    # Arrow's allocator keeps the read's pages (2.4 GB, ≈ 33 B an edge, on the 2M scale run's
+    # graph) until Arrow next allocates: handed back before the graph is built beside the arrays
+    pa.default_memory_pool().release_unused()
     return src, dst, sim, graph_size(layout, int(max(src.max(), dst.max())))
 
 
@@ -928,11 +994,10 @@ def read_pair_keys(layout: RunLayout, batch_rows: int = 1 << 22) -> tuple[np.nda
     return keys[:filled], n
 
 
-def load_graph(layout: RunLayout) -> Graph:
-    """The run's kNN graph from its edges table, every vector row a node."""
-    graph = build_graph(*read_edges(layout))
-    # Arrow's allocator keeps the read's pages (2.4 GB, ≈ 38 B an edge, on the 2M scale run's
-    # graph) until Arrow next allocates; networkit's graph and Leiden cannot reuse them
+def load_graph(layout: RunLayout, workers: int = 1) -> Graph:
+    """The run's kNN graph from its edges table, every vector row a node (`workers`: build_graph)."""
+    graph = build_graph(*read_edges(layout), workers=workers)
+    # the edge arrays came from Arrow's allocator, which keeps their pages once they are freed
     pa.default_memory_pool().release_unused()
     return graph
 
@@ -949,7 +1014,7 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_children0 = before.ru_utime + before.ru_stime
-    graph = load_graph(layout)
+    graph = load_graph(layout, cores(cfg))
     ids = open_vectors(layout).ids_arrow()
     pa.default_memory_pool().release_unused()    # the ids' read pages: 3x the ids at 2M
     if len(ids) != graph.n:

@@ -24,7 +24,7 @@ from sciencemap.storage import read_table
 from sciencemap.vectors import ensure_vectors, unit_rows
 from mapping.cluster import (ClusterConfig, Graph, LeidenRuns, ParallelCPM, build_graph, cluster_graph, cpm_quality,
                              leiden, load_graph, merge_small_clusters, pair_keys, polish_cap, read_pair_keys, refine_within,
-                             resolution_for_target, run_cluster)
+                             resolution_for_target, run_cluster, undirected)
 from mapping.evaluation.netstats import Links, sorted_unique
 from mapping.knn import KnnConfig, knn_edges, run_knn
 
@@ -121,6 +121,34 @@ def _knn_like(n, k, seed, ties=False):
     dst = ((src + rng.integers(1, n, len(src))) % n).astype(np.int32)
     sim = (rng.integers(0, 5, len(src)) / 4 if ties else rng.random(len(src)) * 1.1 - 0.1).astype(np.float32)
     return src, dst, sim
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_pairs_sorted_in_threads_equal_one_thread(monkeypatch, ties):
+    """Key ranges sorted in threads, joined in order: the one-thread graph exactly (both directions
+    of a pair in one range, ties and dropped edges included), with more threads than the keys
+    have distinct quantiles."""
+    import mapping.cluster as cluster
+
+    n = 4000
+    src, dst, sim = _knn_like(n, 10, 5, ties)
+    src, dst = np.r_[src, dst[:5000]].astype(np.int32), np.r_[dst, src[:5000]].astype(np.int32)   # mutual pairs
+    sim = np.r_[sim, sim[:5000][::-1]].astype(np.float32)
+    want = undirected(src, dst, sim, n)
+    calls = []
+    real = cluster._distinct_max
+    monkeypatch.setattr(cluster, "_distinct_max", lambda pair: calls.append(len(pair[0])) or real(pair))
+    monkeypatch.setattr(cluster, "UNDIRECTED_SPLIT_MIN", 1000)
+    for workers in (2, 3, 7, 64):
+        calls.clear()
+        got = undirected(src, dst, sim, n, workers)
+        kept = int(((src != dst) & (sim > 0)).sum())
+        assert len(calls) == min(workers, kept // 1000) and sum(calls) == kept
+        assert max(calls) < 2 * len(src) / len(calls), "ranges of about equal size"
+        for x, y in zip(got, want):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+    g = build_graph(src, dst, sim, n, workers=3)
+    assert np.array_equal(g.w, build_graph(src, dst, sim, n).w)
 
 
 @pytest.mark.parametrize("seed,ties", [(0, False), (1, False), (2, True)])
