@@ -51,7 +51,9 @@ or better everywhere).
 
 Engines mode (--engines): on the same graphs as --warm, the stage with the default engine (igraph,
 --workers forked processes, resolutions in parallel) against `[cluster] engine = "networkit"`
-(ParallelLeiden, --parallel-iterations) on 1 thread and on --workers threads; the sweeps' wall and
+(ParallelLeiden, --parallel-iterations) on 1 thread and on --workers threads (one resolution at a
+time, `runs_at_once = 1`), and with the resolutions side by side (`runs_at_once` = --workers, one
+thread each: printed against one at a time, and whether its partitions are the 1-thread sweep's); the sweeps' wall and
 CPU, and each resolution's CPM quality of both engines' partitions, Leiden's own (before the
 small clusters are merged) and the stage's (after); verdicts: networkit's sweep speed-up against
 igraph (target >= --target-engine), its speed-up from its threads (>= --target-threads) and the
@@ -422,13 +424,30 @@ def engines(args, verdicts: Verdicts) -> None:
         base = dict(resolutions=list(res), min_cluster_size=args.min_size, seed=args.seed,
                     max_iterations=args.iterations, stable_below=args.stable_below)
         nk = dict(engine="networkit", parallel_iterations=args.parallel_iterations)
-        runs = [(f"igraph, {workers} workers", dict(workers=workers)), ("networkit, 1 thread", dict(nk, workers=1))]
+        runs = [(f"igraph, {workers} workers", dict(workers=workers)),
+                ("networkit, 1 thread", dict(nk, workers=1, runs_at_once=1))]
+        side = f"networkit, {workers} threads, runs side by side"
         if workers > 1:
-            runs.append((f"networkit, {workers} threads", dict(nk, workers=workers)))
+            runs.append((f"networkit, {workers} threads", dict(nk, workers=workers, runs_at_once=1)))
+            runs.append((side, dict(nk, workers=workers, runs_at_once=workers)))
         sweeps, members = {}, {}
         for label, extra in runs:
             sweeps[label], members[label] = sweep_and_read(layout, ClusterConfig(**base, **extra), label)
-        ig_label, one, many = list(sweeps)[0], "networkit, 1 thread", list(sweeps)[-1]
+        ig_label, one = list(sweeps)[0], "networkit, 1 thread"
+        many = f"networkit, {workers} threads" if workers > 1 else one
+        if side in sweeps:
+            # as many runs at once as threads, one thread each, against one run at a time on every thread
+            # (runs_at_once = 0 picks between them and the counts in between: networkit_runs)
+            ss, st = sweeps[side], sweeps[many]
+            same = ss["reproducible"] and all(np.array_equal(members[side][r], members[one][r]) for r in res)
+            print(f"  networkit runs side by side ({ss['workers']} at once, threads "
+                  f"{[r['threads'] for r in ss['resolutions']]}): sweep {ss['sweep_s']:.1f} s, CPU "
+                  f"{ss['total_cpu_s'] - ss['graph_cpu_s']:.1f} s, against one at a time on {workers} threads "
+                  f"{st['sweep_s']:.1f} s, CPU {st['total_cpu_s'] - st['graph_cpu_s']:.1f} s = "
+                  f"{st['sweep_s'] / ss['sweep_s']:.2f}x; "
+                  + ("the 1-thread sweep's partitions, bit for bit" if same else
+                     "partitions not those of the 1-thread sweep" + ("" if ss["reproducible"] else
+                                                                     " (more than one thread a run)")), flush=True)
         # the engines' own result: Leiden's CPM quality before the small clusters are merged (the
         # merge is the same for both, and at the finest resolutions it drives the quality near 0)
         short = 0.0

@@ -68,11 +68,17 @@ quality within 0.5% of theirs there and on the eLife and demo graphs, but 1.7% s
 on the scale run's 500k graph; on the demo's real graph MeSH accuracy equal or higher at every
 resolution (docs/scale.md).
 
-Parallel engine (`engine = "networkit"`, off by default; ParallelCPM): networkit's ParallelLeiden
-on every thread, one resolution at a time, made to optimise CPM by self-loops that give every node
-the same volume (METHODS §5.2). No warm start (it cannot start from a partition); partitions
-reproducible on one thread only. Measured against igraph in docs/scale.md (bench/leiden_scale.py
---engines).
+Parallel engine (`engine = "networkit"`, off by default; ParallelCPM): networkit's ParallelLeiden,
+made to optimise CPM by self-loops that give every node the same volume (METHODS §5.2). Its
+threads leave part of a core idle (1.75x from a second thread on the 2M scale run's graph), so the
+resolutions may run side by side in processes forked after networkit's graph is built, the
+`workers` threads shared among them (networkit_runs: the count whose rounds take least by Amdahl,
+at most as many as the memory holds beside the graph; each run takes the free threads over the
+runs that can still start); `runs_at_once = 1` runs one resolution at a time on every thread. On
+2 cores 5 resolutions run one at a time (side by side the fifth ran alone on one thread: 728
+against 689 s at 2M); 2 resolutions side by side took 251.5 against 277.7 s there. No warm start (it cannot start from a partition); partitions
+reproducible on one thread a run only (then the same however many run at once). Measured against
+igraph in docs/scale.md (bench/leiden_scale.py --engines).
 
 Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
 type; the values are those of the float64 computation, so partitions do not change): 20 bytes an
@@ -91,6 +97,7 @@ import logging
 import math
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -149,9 +156,15 @@ class ClusterConfig:
     polish_iterations: int = setting(1, "with warm_start: whole-graph Leiden iterations after the start on graphs of "
                                      "stable_below undirected edges or more (below: until stable)")
     engine: str = setting("igraph", "Leiden implementation: igraph (seeded: the same partitions on any machine; one "
-                          "core a resolution, resolutions in parallel) or networkit (ParallelLeiden on every core, "
-                          "CPM through degree-equalising self-loops; one resolution at a time; the partitions "
-                          "depend on the thread count, reproducible with workers = 1)", choices=ENGINES)
+                          "core a resolution, resolutions in parallel) or networkit (ParallelLeiden, CPM through "
+                          "degree-equalising self-loops, resolutions side by side on a share of the cores each "
+                          "(runs_at_once); the partitions depend on the thread count, reproducible with one "
+                          "thread a run)", choices=ENGINES)
+    runs_at_once: int = setting(0, "engine networkit: resolutions clustered at once, each in a process forked after "
+                                "the graph is built (sharing it copy-on-write) on its share of the `workers` threads; "
+                                "0 = the count whose rounds are quickest by Amdahl, as many as the memory holds at "
+                                "most; 1 = one after another, each on every thread. One thread a run gives "
+                                "reproducible partitions")
     parallel_iterations: int = setting(PARALLEL_ITERATIONS, "engine networkit: Leiden iterations a resolution (each "
                                        "a whole pass; 3 left CPM quality 1.6-2.2% short of igraph's 3, docs/scale.md)")
     memory_gb: float = setting(0.0, "GiB this stage's processes may hold together: the Leiden runs at once are "
@@ -618,6 +631,15 @@ def available_memory() -> int | None:
     return None
 
 
+def _memory_room(cfg: ClusterConfig, held: int) -> tuple[int | float | None, str | None]:
+    """Bytes the Leiden runs may add beside the `held` bytes of this process, and whence: `memory_gb`
+    less what is held when set, else the available memory (None where it is unknown)."""
+    if cfg.memory_gb > 0:
+        return cfg.memory_gb * 2**30 - held, f"memory_gb {cfg.memory_gb:g} less {held / 2**30:.1f} GiB held"
+    free = available_memory()
+    return free, None if free is None else f"{free / 2**30:.1f} GiB free"
+
+
 def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[int, str]:
     """How many Leiden runs go at once, and why: the setting (0 = cores), at most `jobs`, and as
     many as the memory holds at LEIDEN_BYTES_PER_EDGE an edge each beside the `held` bytes of this
@@ -625,11 +647,7 @@ def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[
     want = cores(cfg)
     n = max(1, min(want, jobs))
     why = f"{'setting' if cfg.workers > 0 else 'cores'} {want}, {jobs} Leiden runs to do"
-    if cfg.memory_gb > 0:
-        room, whose = cfg.memory_gb * 2**30 - held, f"memory_gb {cfg.memory_gb:g} less {held / 2**30:.1f} GiB held"
-    else:
-        free = available_memory()
-        room, whose = free, None if free is None else f"{free / 2**30:.1f} GiB free"
+    room, whose = _memory_room(cfg, held)
     if room is not None and n > 1:
         fits = max(1, int(room // max(1, m * LEIDEN_BYTES_PER_EDGE)))
         if fits < n:
@@ -637,13 +655,75 @@ def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[
     return n, why
 
 
+# networkit's Leiden work in a run beside the shared graph, per undirected edge: 33.3 B on one
+# thread and 35.6 B on two (the 2M scale run's graph at its finest γ, 64.1M edges: +2,037 and
+# +2,177 MB), so a base and a share a thread, each with some room; the small-cluster merge after
+# it in the same process takes less (≈ 17-33 B an edge, docs/scale.md).
+NK_RUN_BYTES_PER_EDGE = 40
+NK_THREAD_BYTES_PER_EDGE = 3
+
+
+# The share of a ParallelLeiden run that does not spread over its threads (Amdahl): 1.75x from a
+# second thread on the 2M scale run's graph (γ = 3e-3, 8 passes) gives 2 / 1.75 - 1.
+NK_SERIAL_SHARE = 0.14
+
+
+def sweep_time(jobs: int, at_once: int, threads: int, serial: float = NK_SERIAL_SHARE) -> float:
+    """A sweep's time in single-thread runs when `jobs` equal runs go `at_once` at a time, each on
+    threads // at_once threads: rounds × one run's Amdahl time."""
+    return math.ceil(jobs / at_once) * (serial + (1 - serial) / max(1, threads // at_once))
+
+
+def networkit_runs(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[int, int, str]:
+    """(runs at once, threads a run, why) for engine networkit. ParallelLeiden leaves part of its
+    threads idle, so resolutions may run side by side on a share of the cores each, as many as the
+    memory holds (NK_*_BYTES_PER_EDGE): `runs_at_once`, or with 0 the count whose rounds take
+    least by sweep_time (2 cores, 5 resolutions: one at a time, since the fifth would run alone on
+    one thread: measured 728 against 689 s at 2M; 16 cores: 5 at once where they fit)."""
+    threads = cores(cfg)
+    fits = max(1, min(jobs, threads))
+    why = f"{jobs} Leiden runs to do on {threads} thread(s)"
+    room, whose = _memory_room(cfg, held)
+    while room is not None and fits > 1 and \
+            fits * m * (NK_RUN_BYTES_PER_EDGE + NK_THREAD_BYTES_PER_EDGE * (threads // fits - 1)) > room:
+        fits -= 1
+        why = f"{jobs} Leiden runs to do on {threads} thread(s), memory for {fits} ({whose})"
+    if cfg.runs_at_once > 0:
+        n = min(cfg.runs_at_once, fits)
+        why += f", runs_at_once {cfg.runs_at_once}"
+    else:
+        n = min(range(1, fits + 1), key=lambda k: (sweep_time(jobs, k, threads), k))
+        why += f", {n} at once the quickest by Amdahl (serial share {NK_SERIAL_SHARE})"
+    return n, max(1, threads // n), why
+
+
 # The graph the forked workers share: set in the parent just before the pool forks.
 _SHARED: tuple | None = None
 
 
-def _cluster_shared(resolution: float):
+def _cluster_shared(resolution: float, threads: int = 1):
     graph, g, cfg = _SHARED
-    return cluster_graph(graph, resolution, cfg, g)
+    if not isinstance(g, ParallelCPM):
+        return cluster_graph(graph, resolution, cfg, g)
+    g.threads = threads          # this process's copy: the parent's object is not touched
+    # OpenMP (one libgomp for networkit, faiss, igraph and scikit-learn) keeps its idle threads per
+    # thread that started them; a forked child's main thread inherits that record, not the threads,
+    # and waits for them for ever once it starts threads of its own. A new thread starts afresh.
+    out: list = []
+
+    def run():
+        try:
+            out.append((True, cluster_graph(graph, resolution, cfg, g)))
+        except BaseException as e:       # handed to the parent as the run's error
+            out.append((False, e))
+
+    t = threading.Thread(target=run, name=f"leiden {resolution:g}")
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 class _WhenAsked:
@@ -664,13 +744,16 @@ class _WhenAsked:
 
 
 class LeidenRuns:
-    """Leiden runs on one graph: in `workers` processes forked after the graph and its igraph graph
-    are built (they share those pages copy-on-write; each holds only Leiden's own work), or in this
-    process when `workers` is 1. Each run seeds its own Leiden, so results do not depend on workers."""
+    """Leiden runs on one graph: in `workers` processes forked after the graph and its igraph (or
+    networkit) graph are built (they share those pages copy-on-write; each holds only Leiden's own
+    work), or in this process when `workers` is 1. Each run seeds its own Leiden, so igraph's results
+    do not depend on workers. With networkit, `threads` is the threads the runs share: each run takes
+    the free ones over the runs that can still start (`threads_used` records them)."""
 
-    def __init__(self, graph: Graph, g: ig.Graph, cfg: ClusterConfig, workers: int):
-        self.graph, self.g, self.cfg, self.workers = graph, g, cfg, workers
+    def __init__(self, graph: Graph, g: ig.Graph | ParallelCPM, cfg: ClusterConfig, workers: int, threads: int = 1):
+        self.graph, self.g, self.cfg, self.workers, self.threads = graph, g, cfg, workers, max(1, threads)
         self._pool = None
+        self.threads_used: dict[float, int] = {}
 
     def __enter__(self):
         global _SHARED
@@ -689,15 +772,18 @@ class LeidenRuns:
         _SHARED = None
 
     def submit(self, resolution: float):
-        """A future of (membership, info) at this resolution."""
+        """A future of (membership, info) at this resolution (the bisection's probes: an even share
+        of the threads each)."""
         if self._pool is None:
+            self.threads_used[resolution] = self.threads
             return _WhenAsked(cluster_graph, self.graph, resolution, self.cfg, self.g)
-        return self._pool.submit(_cluster_shared, resolution)
+        self.threads_used[resolution] = max(1, self.threads // self.workers)
+        return self._pool.submit(_cluster_shared, resolution, self.threads_used[resolution])
 
     def sweep(self, resolutions: list[float], done: dict | None = None):
         """(resolution, membership, info) of each resolution as it finishes; `done` holds results
         already in hand (the bisection's best probe)."""
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_COMPLETED, wait
 
         done = done or {}
         for r in resolutions:
@@ -706,13 +792,24 @@ class LeidenRuns:
         todo = [r for r in resolutions if r not in done]
         if self._pool is None:
             for r in todo:
+                self.threads_used[r] = self.threads
                 yield (r, *cluster_graph(self.graph, r, self.cfg, self.g))
             return
         # the finest resolutions first: their runs take longest (1M nodes, 19M edges, 3 iterations:
         # 51, 72, 97 s at γ = 3e-4, 1e-3, 3e-3), so the shorter ones fill the gaps at the end
-        futures = {self._pool.submit(_cluster_shared, r): r for r in sorted(todo, reverse=True)}
-        for f in as_completed(futures):
-            yield (futures[f], *f.result())
+        todo.sort(reverse=True)
+        running: dict = {}        # future -> (resolution, threads)
+        while todo or running:
+            while todo and len(running) < self.workers:
+                free = self.threads - sum(t for _, t in running.values())
+                threads = max(1, free // min(self.workers - len(running), len(todo)))
+                r = todo.pop(0)
+                self.threads_used[r] = threads
+                running[self._pool.submit(_cluster_shared, r, threads)] = (r, threads)
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                r, _ = running.pop(f)
+                yield (r, *f.result())
 
 
 # Bisection levels probed at once with enough workers: 2^d - 1 probes give d steps of the
@@ -1039,10 +1136,10 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
     # with a target, up to 2^d - 1 bisection probes run at once (resolution_for_target)
     jobs = max(len(resolutions), 2 ** MAX_SPECULATIVE_DEPTH - 1 if cfg.target_topics > 0 else 0)
     if parallel:
-        # one resolution at a time, each on every thread; reproducible only on one thread
-        workers, why = 1, f"networkit ParallelLeiden on {threads} thread(s)"
+        # runs side by side on a share of the threads each; reproducible only on one thread a run
+        workers, each, why = networkit_runs(cfg, jobs, graph.m, held=int(current_rss_mb() * 2**20))
+        why = f"networkit ParallelLeiden on {threads} thread(s), {each} a run at first; {why}"
         summary["threads"] = threads
-        summary["reproducible"] = threads == 1
     elif cfg.warm_start:
         # one whole-graph Leiden at a time; the refinements inside clusters run on small subgraphs
         workers = threads
@@ -1054,7 +1151,7 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
     schema = SCHEMAS["clusters"]
     rows = pa.array(np.arange(graph.n, dtype=np.int32))
     per, done = {}, {}
-    with LeidenRuns(graph, g, cfg, 1 if cfg.warm_start else workers) as runs:
+    with LeidenRuns(graph, g, cfg, 1 if cfg.warm_start else workers, threads if parallel else 1) as runs:
         if cfg.target_topics > 0:
             tb = time.perf_counter()
             gamma, c, mem, info = resolution_for_target(graph, cfg.target_topics, cfg, runs=runs)
@@ -1074,11 +1171,15 @@ def run_cluster(cfg: ClusterConfig, layout: RunLayout) -> dict:
                 del part, mem
                 info["write_s"] = round(time.perf_counter() - tw, 3)
                 info["workers"] = workers
+                if parallel:
+                    info["threads"] = runs.threads_used[r]
                 info["rss_mb"] = round(current_rss_mb())
                 per[r] = info
                 log.info("cluster: %s", info)
                 p.advance(1)
     summary["resolutions"] = [per[r] for r in resolutions]
+    if parallel:
+        summary["reproducible"] = all(i["threads"] == 1 for i in summary["resolutions"])
     summary["sweep_s"] = round(time.perf_counter() - t_sweep, 3)
     summary["total_s"] = round(time.perf_counter() - t0, 3)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -580,20 +580,85 @@ def test_networkit_engine_stage_and_its_refusals(tmp_path, make_run):
 
     layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
     run_knn(KnnConfig(k=10), layout)
-    s = run_cluster(ClusterConfig(resolutions=[0.003, 0.03], engine="networkit", workers=2, target_topics=12,
-                                  min_cluster_size=3), layout)
+    s = run_cluster(ClusterConfig(resolutions=[0.003, 0.03], engine="networkit", workers=2, runs_at_once=1,
+                                  target_topics=12, min_cluster_size=3), layout)
     c = read_table(layout.table("clusters")).to_pandas()
     assert c.groupby("resolution").size().eq(360).all() and len(set(c["resolution"])) == 3
     counts = [r["clusters"] for r in s["resolutions"]]
     assert counts == sorted(counts) and abs(s["target_topics"]["clusters"] - 12) <= 2
     assert s["engine"] == "networkit" and s["threads"] == 2 and not s["reproducible"] and s["workers"] == 1
-    assert all(r["iterations"] == ClusterConfig().parallel_iterations for r in s["resolutions"])
+    assert all(r["iterations"] == ClusterConfig().parallel_iterations and r["threads"] == 2 for r in s["resolutions"])
     one = run_cluster(ClusterConfig(resolutions=[0.03], engine="networkit", workers=1), layout)
     assert one["reproducible"] and one["threads"] == 1
     with pytest.raises(UserError, match="warm_start needs engine"):
         run_cluster(ClusterConfig(resolutions=[0.01], engine="networkit", warm_start=True), layout)
     with pytest.raises(UserError, match="engine"):
         check_settings(ClusterConfig, {"engine": "graph-tool"}, "[cluster]")
+
+
+def test_networkit_runs_side_by_side_give_the_one_thread_partitions(tmp_path, make_run):
+    """Resolutions at once in forked processes on one thread each: the partitions of the sweep one
+    after another on one thread, bit for bit, in the same files; the bisection's probes too."""
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    cfg = dict(resolutions=[0.003, 0.01, 0.03, 0.1], engine="networkit", min_cluster_size=3, target_topics=12)
+    one = run_cluster(ClusterConfig(workers=1, **cfg), layout)
+    first = read_table(layout.table("clusters")).to_pandas()
+    side = run_cluster(ClusterConfig(workers=2, **cfg), layout)
+    again = read_table(layout.table("clusters")).to_pandas()
+    assert one["workers"] == 1 and side["workers"] == 2 and side["threads"] == 2
+    assert one["reproducible"] and side["reproducible"] and all(r["threads"] == 1 for r in side["resolutions"])
+    assert side["target_topics"] == {**one["target_topics"], "seconds": side["target_topics"]["seconds"]}
+    assert len(first) == 5 * 360
+    pd.testing.assert_frame_equal(first, again)
+    assert [r["quality"] for r in one["resolutions"]] == [r["quality"] for r in side["resolutions"]]
+
+
+def test_networkit_runs_share_the_threads_and_fit_the_memory(tmp_path, make_run, monkeypatch):
+    """networkit_runs: as many runs as cores and resolutions allow, fewer where their work does not
+    fit beside the graph, the cores shared among them; the sweep gives each run the free threads
+    over the runs that can still start, never more than there are. OpenMP ran on two threads in this
+    process before the fork (faiss: the same libgomp as networkit's), and the runs still start theirs."""
+    import faiss
+
+    import mapping.cluster as mc
+
+    x = np.random.default_rng(0).random((4000, 16), dtype=np.float32)
+    index = faiss.IndexFlatL2(16)
+    index.add(x)
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    index.search(x, 3)
+    faiss.omp_set_num_threads(before)
+
+    monkeypatch.setattr(mc, "available_memory", lambda: None)
+    assert mc.networkit_runs(ClusterConfig(workers=16), 5, 10**6)[:2] == (5, 3)
+    assert mc.networkit_runs(ClusterConfig(workers=16, runs_at_once=1), 5, 10**6)[:2] == (1, 16)
+    # two cores: four runs two at a time, but five one at a time (the fifth would run alone on one)
+    assert mc.networkit_runs(ClusterConfig(workers=2), 4, 10**6)[:2] == (2, 1)
+    assert mc.networkit_runs(ClusterConfig(workers=2), 5, 10**6)[:2] == (1, 2)
+    assert mc.sweep_time(5, 1, 2) < mc.sweep_time(5, 2, 2) and mc.sweep_time(4, 2, 2) < mc.sweep_time(4, 1, 2)
+    assert mc.networkit_runs(ClusterConfig(workers=2, runs_at_once=2), 5, 10**6)[:2] == (2, 1)
+    assert mc.networkit_runs(ClusterConfig(workers=16), 1, 10**6)[:2] == (1, 16)
+    # 33M nodes: 525M edges, the graph 33 GiB, 100 GiB in all: 2 runs of 8 threads fit, 3 of 5 do not
+    m, held = 525_000_000, 33 * 2**30
+    n, each, why = mc.networkit_runs(ClusterConfig(workers=16, memory_gb=100), 5, m, held=held)
+    assert (n, each) == (2, 8) and "memory for 2" in why
+    assert 2 * m * (mc.NK_RUN_BYTES_PER_EDGE + 7 * mc.NK_THREAD_BYTES_PER_EDGE) <= 67 * 2**30 \
+        < 3 * m * (mc.NK_RUN_BYTES_PER_EDGE + 4 * mc.NK_THREAD_BYTES_PER_EDGE)
+    assert mc.networkit_runs(ClusterConfig(workers=16, memory_gb=40), 5, m, held=held)[:2] == (1, 16)
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=4, per=30, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=8), layout)
+    graph = load_graph(layout)
+    cfg = ClusterConfig(engine="networkit", min_cluster_size=3)
+    resolutions = [0.003, 0.01, 0.03, 0.1, 0.3]
+    with LeidenRuns(graph, ParallelCPM(graph, 16), cfg, workers=3, threads=16) as runs:
+        got = {r: int(mem.max()) + 1 for r, mem, _ in runs.sweep(resolutions)}
+    used = runs.threads_used
+    assert sorted(got) == resolutions and sorted(used) == resolutions
+    first = sorted(resolutions, reverse=True)[:3]           # the finest start first, the threads shared
+    assert [used[r] for r in first] == [5, 5, 6] and all(1 <= used[r] <= 16 for r in resolutions)
 
 
 def test_worker_count_follows_cores_resolutions_and_memory(monkeypatch):
