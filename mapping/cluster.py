@@ -556,14 +556,18 @@ class ParallelCPM:
         graph = self.graph
         if graph.m == 0:
             return np.arange(graph.n, dtype=np.int64), {"iterations": 0, "converged": True, "quality": float("nan")}
-        nk.setNumberOfThreads(self.threads)
-        nk.engineering.setSeed(int(seed), False)
-        run = nk.community.ParallelLeiden(self.g, iterations=max(1, iterations), randomize=True,
-                                          gamma=2.0 * self.W * resolution / self.D ** 2)
-        with Progress(f"parallel leiden γ={resolution:g}", 1, "runs") as p:
-            run.run()
-            p.advance(1)
-        mem = np.unique(np.asarray(run.getPartition().getVector(), np.int64), return_inverse=True)[1]
+        def partition() -> list:
+            nk.setNumberOfThreads(self.threads)
+            nk.engineering.setSeed(int(seed), False)
+            run = nk.community.ParallelLeiden(self.g, iterations=max(1, iterations), randomize=True,
+                                              gamma=2.0 * self.W * resolution / self.D ** 2)
+            with Progress(f"parallel leiden γ={resolution:g}", 1, "runs") as p:
+                run.run()
+                p.advance(1)
+            return run.getPartition().getVector()
+
+        # OpenMP's threads in a thread of their own: safe in a forked worker, and after it (in_new_thread)
+        mem = np.unique(np.asarray(in_new_thread(partition), np.int64), return_inverse=True)[1]
         return mem, {"iterations": max(1, iterations), "converged": None,
                      "quality": cpm_quality(mem, graph.lo, graph.hi, graph.w, resolution)}
 
@@ -703,21 +707,26 @@ _SHARED: tuple | None = None
 
 def _cluster_shared(resolution: float, threads: int = 1):
     graph, g, cfg = _SHARED
-    if not isinstance(g, ParallelCPM):
-        return cluster_graph(graph, resolution, cfg, g)
-    g.threads = threads          # this process's copy: the parent's object is not touched
-    # OpenMP (one libgomp for networkit, faiss, igraph and scikit-learn) keeps its idle threads per
-    # thread that started them; a forked child's main thread inherits that record, not the threads,
-    # and waits for them for ever once it starts threads of its own. A new thread starts afresh.
+    if isinstance(g, ParallelCPM):
+        g.threads = threads          # this process's copy: the parent's object is not touched
+    return cluster_graph(graph, resolution, cfg, g)
+
+
+def in_new_thread(fn, *args):
+    """fn(*args) in a thread of its own, its result or its error here. OpenMP (one libgomp for
+    networkit, faiss, igraph and scikit-learn) keeps its idle team per thread that started it; a
+    forked child's thread inherits that record but not the team's threads, and waits for them for
+    ever once it starts threads of its own. A new thread starts a team afresh, and its team ends
+    with it, so a later fork of this process is safe too."""
     out: list = []
 
     def run():
         try:
-            out.append((True, cluster_graph(graph, resolution, cfg, g)))
-        except BaseException as e:       # handed to the parent as the run's error
+            out.append((True, fn(*args)))
+        except BaseException as e:       # raised again in the caller's thread
             out.append((False, e))
 
-    t = threading.Thread(target=run, name=f"leiden {resolution:g}")
+    t = threading.Thread(target=run, name=getattr(fn, "__name__", "openmp"))
     t.start()
     t.join()
     ok, value = out[0]
