@@ -76,9 +76,10 @@ resolutions may run side by side in processes forked after networkit's graph is 
 at most as many as the memory holds beside the graph; each run takes the free threads over the
 runs that can still start); `runs_at_once = 1` runs one resolution at a time on every thread. On
 2 cores 5 resolutions run one at a time (side by side the fifth ran alone on one thread: 728
-against 689 s at 2M); 2 resolutions side by side took 251.5 against 277.7 s there. No warm start (it cannot start from a partition); partitions
-reproducible on one thread a run only (then the same however many run at once). Measured against
-igraph in docs/scale.md (bench/leiden_scale.py --engines).
+against 665 s at 2M); 2 resolutions side by side took 251.5 against 277.7 s there. No warm start
+(it cannot start from a partition); partitions reproducible on one thread a run only (then the
+same however many run at once). Measured against igraph in docs/scale.md (bench/leiden_scale.py
+--engines).
 
 Memory: edges in int32 rows (lo, hi), raw weights float32, CWTS weights float64 (Leiden's own
 type; the values are those of the float64 computation, so partitions do not change): 20 bytes an
@@ -97,7 +98,6 @@ import logging
 import math
 import os
 import random
-import threading
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -683,7 +683,7 @@ def networkit_runs(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tupl
     threads idle, so resolutions may run side by side on a share of the cores each, as many as the
     memory holds (NK_*_BYTES_PER_EDGE): `runs_at_once`, or with 0 the count whose rounds take
     least by sweep_time (2 cores, 5 resolutions: one at a time, since the fifth would run alone on
-    one thread: measured 728 against 689 s at 2M; 16 cores: 5 at once where they fit)."""
+    one thread: measured 728 against 665 s at 2M; 16 cores: 5 at once where they fit)."""
     threads = cores(cfg)
     fits = max(1, min(jobs, threads))
     why = f"{jobs} Leiden runs to do on {threads} thread(s)"
@@ -717,22 +717,11 @@ def in_new_thread(fn, *args):
     networkit, faiss, igraph and scikit-learn) keeps its idle team per thread that started it; a
     forked child's thread inherits that record but not the team's threads, and waits for them for
     ever once it starts threads of its own. A new thread starts a team afresh, and its team ends
-    with it, so a later fork of this process is safe too."""
-    out: list = []
+    with it (the pool's shutdown joins it), so a later fork of this process is safe too."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def run():
-        try:
-            out.append((True, fn(*args)))
-        except BaseException as e:       # raised again in the caller's thread
-            out.append((False, e))
-
-    t = threading.Thread(target=run, name=getattr(fn, "__name__", "openmp"))
-    t.start()
-    t.join()
-    ok, value = out[0]
-    if not ok:
-        raise value
-    return value
+    with ThreadPoolExecutor(1, thread_name_prefix="openmp") as pool:
+        return pool.submit(fn, *args).result()
 
 
 class _WhenAsked:
