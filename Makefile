@@ -20,7 +20,7 @@ test: $(STAMP) browser
 
 install: $(STAMP)
 
-# GPU kNN on a CUDA 12 machine: faiss-gpu-cu12 (requirements-gpu.txt) replaces faiss-cpu in the venv (the
+# GPU kNN on a CUDA 12 machine: faiss-gpu (requirements-gpu.txt) replaces faiss-cpu in the venv (the
 # two cannot be installed together); the knn stage then uses the GPU when FAISS sees one. Run it again after
 # requirements.txt changes (the re-install brings faiss-cpu back). Undo: make clean.
 # Check: .venv/bin/python bench/knn_gpu_check.py (fails loudly where FAISS sees no GPU).

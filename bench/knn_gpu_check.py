@@ -1,6 +1,6 @@
 """GPU kNN check (issue 13): the knn stage on the GPU gives the CPU's neighbours on a demo-sized input.
 
-    make install-gpu                                  # once, on a CUDA 12 machine (faiss-gpu-cu12)
+    make install-gpu                                  # once, on a CUDA 12 machine (faiss-gpu)
     .venv/bin/python bench/knn_gpu_check.py           # 20,000 generated clustered 384-d vectors
     .venv/bin/python bench/knn_gpu_check.py --run runs/demo   # the demo's embeddings (copied, run untouched)
 

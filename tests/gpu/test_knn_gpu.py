@@ -28,7 +28,7 @@ def test_knn_on_the_gpu_matches_the_cpu(tmp_path, make_gpu_run, gpu_model):
 
     if gpu_count() == 0:
         pytest.skip(f"FAISS {faiss.__version__} here sees no GPU ("
-                    + ("a faiss-cpu build: `make install-gpu` installs faiss-gpu-cu12" if
+                    + ("a faiss-cpu build: `make install-gpu` installs faiss-gpu" if
                        not hasattr(faiss, "StandardGpuResources") else "GPU build, but no device") + ")")
     run = make_gpu_run(tmp_path / "run")
     run_embed(EmbedConfig(model=str(gpu_model), device="cuda", max_length=128), run)
