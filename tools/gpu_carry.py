@@ -69,9 +69,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} --json $OUT/knn_gpu.json \
     > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
 [ "${DOCS:-60000}" = 0 ] && exit 0
-timeout ${TP_S:-240} python3 bench/gpu_throughput.py --docs ${DOCS:-60000} --train-steps 20 --warmup-steps 5 \
+TORCH_LOGS=recompiles timeout ${TP_S:-240} python3 bench/gpu_throughput.py --docs ${DOCS:-60000} --train-steps 20 --warmup-steps 5 \
     --json $OUT/gpu_throughput.json > $OUT/gpu_throughput.log 2>&1; echo "gpu_throughput rc $?"
-grep -vE "^(train|embed): " $OUT/gpu_throughput.log | tail -22
+grep -vE "^(train|embed): " $OUT/gpu_throughput.log | tail -22   # recompiles: why a shape compiled again
 """
 
 
