@@ -74,6 +74,7 @@ timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-100000
     > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
 if [ "${LEIDEN:-0}" = 1 ]; then
     timeout ${LEIDEN_S:-420} python3 bench/leiden_scale.py --engines --workers $(nproc) \
+        --nodes ${LEIDEN_NODES:-500000} --edges ${LEIDEN_EDGES:-10000000} \
         > $OUT/leiden.log 2>&1; echo "leiden_scale rc $?"; grep -vE "^[0-9-]+ [0-9:,]+ " $OUT/leiden.log | tail -30
 fi
 [ "${DOCS:-60000}" = 0 ] && exit 0
