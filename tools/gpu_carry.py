@@ -70,8 +70,10 @@ L=/tmp/site/nvidia/cublas/lib
 gcc -O2 -shared -fPIC -o $L/libcublas.so.12 -Wl,-soname,libcublas.so.12 -Wl,--version-script=$L/cublas12.map \
     $L/cublas12_shim.c -ldl || exit 4
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} --json $OUT/knn_gpu.json \
-    > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
+if [ "${KNN:-1}" = 1 ]; then
+    timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} --json $OUT/knn_gpu.json \
+        > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
+fi
 if [ "${LEIDEN:-0}" = 1 ]; then
     timeout ${LEIDEN_S:-420} python3 bench/leiden_scale.py --engines --workers $(nproc) \
         --nodes ${LEIDEN_NODES:-500000} --edges ${LEIDEN_EDGES:-10000000} \
@@ -188,7 +190,7 @@ def main() -> int:
         (a.out / "site.tar.xz").write_bytes(buf.getvalue())
         (a.out / "run.sh").write_text(RUN_SH)
     print(f"{a.out / 'site.tar.xz'}: {len(buf.getvalue()) / 2**20:.1f} MiB; then: device run `bash .gpu/run.sh`, "
-          f"carry [\".gpu\"] (SCALE_N, DOCS=0 to skip gpu_throughput, KNN_S / TP_S time limits)")
+          f"carry [\".gpu\"] (SCALE_N; KNN=0, DOCS=0 skip a bench; LEIDEN=1 with --leiden; KNN_S / TP_S / LEIDEN_S time limits)")
     return 0
 
 
