@@ -71,7 +71,8 @@ gcc -O2 -shared -fPIC -o $L/libcublas.so.12 -Wl,-soname,libcublas.so.12 -Wl,--ve
     $L/cublas12_shim.c -ldl || exit 4
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if [ "${KNN:-1}" = 1 ]; then
-    timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} --json $OUT/knn_gpu.json \
+    timeout ${KNN_S:-330} python3 bench/knn_gpu_check.py --scale-n ${SCALE_N:-1000000} \
+        --scale-indexes ${SCALE_INDEXES:-flat ivf_sq8} --json $OUT/knn_gpu.json \
         > $OUT/knn_gpu.log 2>&1; echo "knn_gpu_check rc $?"; grep -E "^(faiss|exact|GPU|ivf)|^  |exit" $OUT/knn_gpu.log
 fi
 if [ "${LEIDEN:-0}" = 1 ]; then
