@@ -566,8 +566,9 @@ def exact_topk(X: np.ndarray, rows: np.ndarray, kq: int, progress: Progress | No
     """Exact top-kq of the query rows over all rows of X (best first; -1 past the end of a store of
     fewer than kq rows): faiss.knn (BLAS products and FAISS's threaded heaps) on float32 tiles of
     EXACT_TILE_BYTES read from the store, merged in a faiss.ResultHeap. Against NumPy products and
-    partitions on 32 MB tiles (before 2026-12-04): the same lists and similarities, 2.4x as fast on
-    2 cores (1,000 queries, 1M x 384 float16); the partitions were one core (bench/knn_exact.py)."""
+    partitions on 32 MB tiles (before 2026-12-04): the same lists and similarities, 2.6x as fast at
+    1M x 384 and 1.7x at 500k x 768 on 2 cores (1,000 queries, float16 stores); the partitions were
+    one core (bench/knn_exact.py)."""
     n = len(X)
     Q = take_rows(X, rows)
     heap = faiss.ResultHeap(len(Q), kq, keep_max=True)
