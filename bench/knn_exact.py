@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rerank_speed import store  # bench/rerank_speed.py; a script's own folder is on its import path
 
 from mapping.knn import exact_topk, recall_rows
 from sciencemap.vectors import read_rows, take_rows
@@ -56,15 +57,7 @@ def main() -> int:
     a = ap.parse_args()
     kq = a.k + 1
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "vectors.npy"
-        X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(a.n, a.dim))
-        rng = np.random.default_rng(0)
-        for lo in range(0, a.n, 100_000):
-            b = rng.standard_normal((min(a.n, lo + 100_000) - lo, a.dim), dtype=np.float32)
-            X[lo:lo + len(b)] = b / np.linalg.norm(b, axis=1, keepdims=True)
-        X.flush()
-        del X
-        X = np.load(path, mmap_mode="r")
+        X = store(Path(tmp), a.n, a.dim, "float16")
         rows = recall_rows(a.n, a.queries, 0)
         t = time.perf_counter()
         D0, I0 = numpy_topk(X, rows, kq)

