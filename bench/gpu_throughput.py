@@ -22,10 +22,13 @@ weights, the shipped MiniLM's BERT vocabulary) written as a local model director
                  built (a long job compiles once); its loop time is from its summary (feed start-up
                  and first forward included), its wall time beside it, and the loop's rate after its
                  first batch (summary: tokens_per_second_after_first_batch), the steady state that a
-                 long job runs at (on an H200 at 150,000 papers the first batch came 24 s into a
-                 41 s loop). The summary's
+                 long job runs at (on an H200 the first batch came 24 s into a 41 s loop at 150,000
+                 papers, 28 s into 35 s at 60,000: most likely a second compile, since the bare
+                 forward's batches were then copied to the device outside inference_mode, a guard
+                 failure reproduced on a CPU). The summary's
                  "compiled" says whether the compiled forward ran: a check of its own (a job that fell
-                 back to eager measured something else).
+                 back to eager measured something else); and a check that the job compiled no graph
+                 of its own (dynamo's count of compiled graphs before and after it).
   training       encoders.training.loop.run_train on seeded random triplets of these papers: the seed recipe
                  (8 x 4 accumulation) and micro-batches of 64 (eager, and with --train-compile also
                  compiled); the steps after --warmup-steps are timed between two synchronisations
@@ -162,6 +165,13 @@ def cuda_or_say_why() -> bool:
     return False
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile (dynamo) has compiled in this process so far, recompiles included."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -175,7 +185,12 @@ def bare_forward(enc, lay: RunLayout, shard_size: int, shape) -> tuple[int, floa
     for it in spec.chunks(list(range(spec.plan.n_shards(shard_size)))):
         chunk = prepare_chunk(spec, *it)
         tokens += chunk.tokens
-        batches += [(t["input_ids"], t["attention_mask"]) for t in (b.to(enc.device) for b in chunk.batches)]
+        # copied to the device under inference_mode, as embed_batches copies the job's: inference
+        # tensors lack autograd's dispatch keys and the compiled forward guards on them, so after a
+        # warm-up on tensors copied outside it the job compiled again (on a CPU: "dispatch key set
+        # mismatch"; most likely the H200 job's 28 s first batch, 2026-12-04)
+        with torch.inference_mode():
+            batches += [(t["input_ids"], t["attention_mask"]) for t in (b.to(enc.device) for b in chunk.batches)]
     forward = compiled_forward(enc.model, enc.pooling)
     with torch.inference_mode(), enc.inference_autocast("bfloat16"):
         t0 = time.perf_counter()
@@ -276,12 +291,15 @@ def main() -> int:
             torch.cuda.empty_cache()
         rep.bare = rep.line("bare compiled forward", tokens, seconds, extra=f"(compile + warm-up pass {compile_s:.1f}s)")
 
+        graphs = compiled_graphs()
         t0 = time.perf_counter()
         s = run_embed(cfg, lay, encoder=enc)
         wall = time.perf_counter() - t0
+        recompiled = compiled_graphs() - graphs   # the job should run the graphs the bare forward compiled
         embed_rate = rep.line("embed job (loop: feed + forward + writes)", s["tokens_embedded"],
                               s["embed_seconds"], extra=f"(whole job {wall:.1f}s; padding {s['padding']}x; "
-                                                        f"{s['papers']:,} papers)")
+                                                        f"{s['papers']:,} papers; {recompiled} graph(s) "
+                                                        "compiled in the job)")
         rep.line("embed job (whole call)", s["tokens_embedded"], wall)
         if s.get("tokens_per_second_after_first_batch"):   # the loop without its start (feed workers, first forward)
             rate = s["tokens_per_second_after_first_batch"]
@@ -305,6 +323,9 @@ def main() -> int:
         verdicts = Verdicts()   # the targets are for an H100, BERT-base, 256 tokens, bf16
         verdicts.check("embed job ran the compiled forward (compile on)", bool(s.get("compiled")),
                        f"compile_failed: {s.get('compile_failed')}" if not s.get("compiled") else "")
+        verdicts.check("embed job reused the bare forward's compiled graphs (none compiled again)", recompiled == 0,
+                       f"{recompiled} compiled in the job: its loop time holds a compile (TORCH_LOGS=recompiles "
+                       "says which guard failed)" if recompiled else "")
         mfu64 = train_rates["training, batch 64"] * fpt * 3 / (peak * 1e12) if peak else None
         targets = [("embed job / bare compiled forward, real tokens/s", embed_rate / rep.bare,
                     args.target_embed_vs_bare, "{:.2f}", ""),
@@ -320,6 +341,7 @@ def main() -> int:
         if args.json:
             args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows,
                                              "embed_summary": {k: s.get(k) for k in ("compiled", "compile_failed")},
+                                             "graphs_compiled_in_the_embed_job": recompiled,
                                              "verdicts": verdicts.as_json()}, indent=2))
         return verdicts.finish(args.no_fail)
     finally:

@@ -35,11 +35,14 @@ def test_dry_run_times_every_part(tmp_path, repo_root):
     # the compiled forward is checked for real on the CPU; the GPU targets are not checked, with the reason
     assert re.search(r"^  embed job ran the compiled forward \(compile on\): met$", p.stdout, re.M)
     assert figures["embed_summary"]["compiled"] is True
+    # the job ran the graphs the bare forward compiled: its loop holds no compile of its own
+    assert re.search(r"^  embed job reused the bare forward's compiled graphs \(none compiled again\): met$", p.stdout, re.M)
+    assert figures["graphs_compiled_in_the_embed_job"] == 0 and "; 0 graph(s) compiled in the job)" in p.stdout
     unchecked = re.findall(r"^  (.+) \(target >= .+\): not checked \(dry run: a tiny model on the CPU, not a "
                            r"measurement\)$", p.stdout, re.M)
     assert unchecked == ["embed job / bare compiled forward, real tokens/s", "embed job, real tokens/s",
                          "training at batch 64, share of bf16 peak"]
-    assert [v["status"] for v in figures["verdicts"]] == ["met", "not checked", "not checked", "not checked"]
+    assert [v["status"] for v in figures["verdicts"]] == ["met", "met", "not checked", "not checked", "not checked"]
     assert re.search(r"^0 MISSED, 3 not checked: exit 1$", p.stdout, re.M)
 
 
