@@ -340,7 +340,8 @@ def main() -> int:
                 verdicts.at_least(label, value, target, fmt, reason=why)
         if args.json:
             args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows,
-                                             "embed_summary": {k: s.get(k) for k in ("compiled", "compile_failed")},
+                                             "embed_summary": {k: s.get(k) for k in ("compiled", "compile_failed",
+                                                                                     "first_batch_seconds")},
                                              "graphs_compiled_in_the_embed_job": recompiled,
                                              "verdicts": verdicts.as_json()}, indent=2))
         return verdicts.finish(args.no_fail)

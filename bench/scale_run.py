@@ -13,9 +13,10 @@ Per size, in its own run directory under --root (inputs cached between calls):
    --fulltext-share with full-text bodies (the training corpus, role train) and the rest title,
    abstract, fields and bibliography (the map corpus, role map);
 2. ingest, importance: the Spark jobs (local mode, every core), as `python jobs/<stage>.py`;
-3. train, embed: GPU stages, not run on a CPU: their 33M time comes from the H100 figures of
-   bench/gpu_throughput.py (--gpu-json, else the figures measured there on 2026-11-26 and named
-   below) and the training budget; the vectors the next stages read are written by
+3. train, embed: GPU stages, not run on a CPU: their 33M time comes from the GPU figures of
+   bench/gpu_throughput.py (--gpu-json: the embed job's rate after its first batch, plus that
+   batch's start; else the figures measured there on an H200 on 2026-12-04, named below) and the
+   training budget; the vectors the next stages read are written by
    synthetic.write_input_vectors (the topic mixture of each paper: stand-ins, marked as such);
 4. knn, cluster, render (topics, layout, PNG, HTML), evaluate (with the citation links): the jobs;
    knn with --ef-search fixed at the real-vector value (the stand-ins' near-ties would make the
@@ -77,11 +78,31 @@ MODEL = {"ingest": (1.0, "linear in papers and references (a pass over the files
          "cluster": (1.0, "linear in edges a Leiden iteration, fixed iterations at scale"),
          "render": (1.0, "linear in papers (topics, layout of the topics, datashader)"),
          "evaluate": (1.0, "linear in links (citation graphs, sampled paths)")}
-# H100 figures of bench/gpu_throughput.py, 2026-11-26 (torch 2.11 + cu130, MiniLM-sized random BERT-base,
-# max_length 256): used when --gpu-json is not given.
-H100_EMBED_TOKENS_PER_S = 1_055_351      # the embed job at 300,000 papers (bare compiled forward: 2,023,728)
+# bench/gpu_throughput.py --docs 60000 on an H200, 2026-12-04 (random BERT-base-sized weights, bf16,
+# max_length 256): used when --gpu-json is not given. A long job runs at its rate after the first
+# batch; the whole loop's rate (402,664) was mostly that batch's start, which a 33M job pays once.
+GPU_EMBED_TOKENS_PER_S = 2_136_100       # the embed job after its first batch (bare compiled forward: 2,192,666)
+GPU_EMBED_START_S = 28.2                 # its first batch, that far into the loop
 TOKENS_PER_PAPER = 232                   # real tokens per PubMed title + abstract at max_length 256, same run
 NODE_CORES, NODE_MEMORY_GB = 16, 128
+
+
+def gpu_embed_figures(path: Path | None) -> tuple[float, float, str]:
+    """(real tokens/s, start seconds, basis) of the embed job on a GPU: from bench/gpu_throughput.py's
+    --json output when given (its row "embed job after its first batch" and that batch's time; the
+    loop's rate with no start from a file written before that row existed), else the H200 figures
+    above."""
+    if path is None:
+        return (GPU_EMBED_TOKENS_PER_S, GPU_EMBED_START_S, "bench/gpu_throughput.py on an H200, 2026-12-04: the "
+                "embed job after its first batch, and that batch's start")
+    figures = json.loads(path.read_text())
+    rows = {r["name"]: r for r in figures["rows"]}
+    start = (figures.get("embed_summary") or {}).get("first_batch_seconds")
+    if "embed job after its first batch" in rows and start is not None:
+        return rows["embed job after its first batch"]["tokens_per_s"], float(start), \
+            f"{path}: the embed job after its first batch, and that batch's start"
+    row = next(r for name, r in rows.items() if name.startswith("embed job (loop"))
+    return row["tokens_per_s"], 0.0, f"{path}: {row['name']}, its start included"
 
 
 def input_lines(inputs: Path, roles=("train", "map")) -> str:
@@ -397,7 +418,7 @@ def main() -> int:
     ap.add_argument("--efficiency", type=float, default=0.7, help="work of each added node core, as a share of one")
     ap.add_argument("--train-hours", type=float, default=1.0, help="the training budget of the projected run "
                     "([train] max_hours)")
-    ap.add_argument("--gpu-json", type=Path, help="bench/gpu_throughput.py --json output (else its 2026-11-26 H100 figures)")
+    ap.add_argument("--gpu-json", type=Path, help="bench/gpu_throughput.py --json output (else its 2026-12-04 H200 figures)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--resume", action="store_true", help="go on from --json, written after every stage: a size "
                     "found there keeps its run directory and its measured stages, the rest run")
@@ -459,11 +480,7 @@ def main() -> int:
     if not results:
         sys.exit("nothing to project: give --sizes, or --sizes-from with an earlier run's --json")
 
-    embed_rate, embed_basis = H100_EMBED_TOKENS_PER_S, "bench/gpu_throughput.py on an H100, 2026-11-26: embed job"
-    if args.gpu_json:
-        rows = json.loads(args.gpu_json.read_text())["rows"]
-        row = next(r for r in rows if r["name"].startswith("embed job (loop"))
-        embed_rate, embed_basis = row["tokens_per_s"], f"{args.gpu_json}: {row['name']}"
+    embed_rate, embed_start, embed_basis = gpu_embed_figures(args.gpu_json)
     N = args.project_papers
     big = results[-1]
     measured_ratio = nodes_ratio = big["nodes"] / big["papers"]
@@ -490,8 +507,9 @@ def main() -> int:
             hours, peak, basis = args.train_hours, None, f"the [train] max_hours budget ({args.train_hours:g} h), on the GPU"
             table.append({"stage": stage, "hours": hours, "peak_gb": peak, "basis": basis})
         elif stage == "embed":
-            hours = N * nodes_ratio * TOKENS_PER_PAPER / embed_rate / 3600
-            basis = f"{TOKENS_PER_PAPER} tokens a paper / {embed_rate:,.0f} tokens/s ({embed_basis})"
+            hours = (N * nodes_ratio * TOKENS_PER_PAPER / embed_rate + embed_start) / 3600
+            basis = (f"{TOKENS_PER_PAPER} tokens a paper / {embed_rate:,.0f} tokens/s + a start of {embed_start:.0f} s "
+                     f"({embed_basis})")
             table.append({"stage": stage, "hours": hours, "peak_gb": None, "basis": basis})
         else:
             sizes = [r["papers"] for r in results]

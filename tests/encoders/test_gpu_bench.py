@@ -38,6 +38,7 @@ def test_dry_run_times_every_part(tmp_path, repo_root):
     # the job ran the graphs the bare forward compiled: its loop holds no compile of its own
     assert re.search(r"^  embed job reused the bare forward's compiled graphs \(none compiled again\): met$", p.stdout, re.M)
     assert figures["graphs_compiled_in_the_embed_job"] == 0 and "; 0 graph(s) compiled in the job)" in p.stdout
+    assert figures["embed_summary"]["first_batch_seconds"] > 0   # what bench/scale_run.py adds as the job's start
     unchecked = re.findall(r"^  (.+) \(target >= .+\): not checked \(dry run: a tiny model on the CPU, not a "
                            r"measurement\)$", p.stdout, re.M)
     assert unchecked == ["embed job / bare compiled forward, real tokens/s", "embed job, real tokens/s",
