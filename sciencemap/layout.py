@@ -47,6 +47,12 @@ class RunLayout:
         return self.root / "knn_index"
 
     @property
+    def cluster_work_dir(self) -> Path:
+        """The graph's arrays as files while the cluster stage's Leiden runs hold their own graph
+        (mapping.cluster.file_backed; removed when the stage ends)."""
+        return self.root / "cluster_work"
+
+    @property
     def ingest_work_dir(self) -> Path:
         """The readers' records as Parquet per record kind while ingest runs (importance.ingest.staged_records)."""
         return self.root / "ingest_work"

@@ -614,6 +614,37 @@ def test_networkit_runs_side_by_side_give_the_one_thread_partitions(tmp_path, ma
     assert [r["quality"] for r in one["resolutions"]] == [r["quality"] for r in side["resolutions"]]
 
 
+def test_networkit_stage_keeps_its_arrays_as_file_pages(tmp_path, make_run, monkeypatch):
+    """file_backed: the graph's arrays written and mapped read-only give the partition, quality and
+    merge of the arrays in memory, bit for bit (one thread); the stage maps them while its runs
+    hold networkit's graph and leaves no files behind."""
+    import mapping.cluster as mc
+
+    layout, _ = make_run(tmp_path / "r", n_clusters=6, per=60, dim=16, noise=0.4)
+    run_knn(KnnConfig(k=10), layout)
+    graph = load_graph(layout)
+    cfg = ClusterConfig(engine="networkit", workers=1, min_cluster_size=3)
+    in_memory = cluster_graph(graph, 0.03, cfg, ParallelCPM(graph, 1))
+    mapped = mc.file_backed(graph, tmp_path / "work")
+    assert all(isinstance(getattr(mapped, k), np.memmap) and not getattr(mapped, k).flags.writeable
+               for k in ("lo", "hi", "a", "w"))
+    assert all(np.array_equal(getattr(mapped, k), getattr(graph, k)) for k in ("lo", "hi", "a", "w"))
+    on_files = cluster_graph(mapped, 0.03, cfg, ParallelCPM(mapped, 1))
+    assert np.array_equal(in_memory[0], on_files[0]) and in_memory[1]["quality"] == on_files[1]["quality"]
+    assert in_memory[1]["stranded_small"] == on_files[1]["stranded_small"]
+    # the stage: its graph is the mapped one while the runs go on, and the folder is gone after
+    seen = []
+    real = mc.cluster_graph
+
+    def spy(graph, *a, **k):
+        seen.append(isinstance(graph.w, np.memmap) and layout.cluster_work_dir.is_dir())
+        return real(graph, *a, **k)
+
+    monkeypatch.setattr(mc, "cluster_graph", spy)
+    run_cluster(ClusterConfig(resolutions=[0.01, 0.03], engine="networkit", workers=1), layout)
+    assert seen == [True, True] and not layout.cluster_work_dir.exists()
+
+
 def test_networkit_runs_share_the_threads_and_fit_the_memory(tmp_path, make_run, monkeypatch):
     """networkit_runs: as many runs as cores and resolutions allow, fewer where their work does not
     fit beside the graph, the cores shared among them; the sweep gives each run the free threads
