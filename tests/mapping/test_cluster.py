@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import random
 from collections import defaultdict
 
@@ -614,7 +615,7 @@ def test_networkit_runs_side_by_side_give_the_one_thread_partitions(tmp_path, ma
     assert [r["quality"] for r in one["resolutions"]] == [r["quality"] for r in side["resolutions"]]
 
 
-def test_networkit_stage_keeps_its_arrays_as_file_pages(tmp_path, make_run, monkeypatch):
+def test_networkit_stage_keeps_its_arrays_as_file_pages(tmp_path, make_run, monkeypatch, caplog):
     """file_backed: the graph's arrays written and mapped read-only give the partition, quality and
     merge of the arrays in memory, bit for bit (one thread); the stage maps them while its runs
     hold networkit's graph and leaves no files behind."""
@@ -630,6 +631,10 @@ def test_networkit_stage_keeps_its_arrays_as_file_pages(tmp_path, make_run, monk
                for k in ("lo", "hi", "a", "w"))
     assert all(np.array_equal(getattr(mapped, k), getattr(graph, k)) for k in ("lo", "hi", "a", "w"))
     on_files = cluster_graph(mapped, 0.03, cfg, ParallelCPM(mapped, 1))
+    (tmp_path / "a_file").write_text("")     # a folder that cannot be made: the arrays stay in memory, with a warning
+    with caplog.at_level(logging.WARNING, logger="mapping.cluster"):
+        assert mc.file_backed(graph, tmp_path / "a_file" / "work") is graph
+    assert "the graph's arrays stay in memory" in caplog.text
     assert np.array_equal(in_memory[0], on_files[0]) and in_memory[1]["quality"] == on_files[1]["quality"]
     assert in_memory[1]["stranded_small"] == on_files[1]["stranded_small"]
     # the stage: its graph is the mapped one while the runs go on, and the folder is gone after
