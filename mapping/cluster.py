@@ -665,12 +665,12 @@ def worker_count(cfg: ClusterConfig, jobs: int, m: int, held: int = 0) -> tuple[
 
 
 # networkit's Leiden work in a run beside the shared graph, per undirected edge: 33.3 B on one
-# thread and 35.6 B on two (the 2M scale run's graph at its finest γ, 64.1M edges: +2,037 and
-# +2,177 MB), so a base and a share a thread, each with some room; the small-cluster merge after
-# it in the same process takes less (≈ 17-33 B an edge, docs/scale.md). Up to 16 threads each added
-# 1.0-1.9 B an edge (1M nodes / 19.3M edges, γ = 1e-2: 43.9, 45.7, 47.8, 53.3, 68.3 B an edge on
-# 1, 2, 4, 8, 16 threads), within the 3 B here.
-NK_RUN_BYTES_PER_EDGE = 40
+# thread and 35.6 B on two on the 2M scale run's graph at its finest γ (64.1M edges: +2,037 and
+# +2,177 MB), and 43.9, 45.7, 47.8, 53.3, 68.3 B on 1, 2, 4, 8, 16 threads on bench/leiden_scale.py's
+# 1M nodes / 19.3M edges at γ = 1e-2 (docs/scale.md): a base above the larger one-thread figure
+# and a share a thread above the 1.0-1.9 B each thread added, each with some room; the
+# small-cluster merge after it in the same process takes less (≈ 17-33 B an edge).
+NK_RUN_BYTES_PER_EDGE = 46
 NK_THREAD_BYTES_PER_EDGE = 3
 
 
