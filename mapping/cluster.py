@@ -1102,16 +1102,18 @@ def file_backed(graph: Graph, folder: Path) -> Graph:
     merge after each run read them once. As file pages the kernel can drop them under memory
     pressure and read them again, where as anonymous memory they held 20 bytes an edge through
     every run (21 GB at 60M nodes, docs/scale.md)."""
+    names = ("lo", "hi", "a", "w")
     shutil.rmtree(folder, ignore_errors=True)      # an interrupted stage's files
     try:
         folder.mkdir(parents=True)
         arrays = {}
-        for name in ("lo", "hi", "a", "w"):
+        for name in names:
             np.save(folder / f"{name}.npy", getattr(graph, name))
             arrays[name] = np.load(folder / f"{name}.npy", mmap_mode="r")
     except OSError as e:   # no room or no write access there: the runs go on with the arrays in memory
+        held = sum(getattr(graph, name).nbytes for name in names)   # int64 rows past 2^31 nodes: not always 20 B an edge
         log.warning("cluster: the graph's arrays stay in memory (%s MB more through the Leiden runs): cannot write "
-                    "them under %s: %s", f"{20 * graph.m / 2**20:,.0f}", folder, e)
+                    "them under %s: %s", f"{held / 2**20:,.0f}", folder, e)
         shutil.rmtree(folder, ignore_errors=True)
         return graph
     return Graph(graph.n, **arrays)
