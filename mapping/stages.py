@@ -39,9 +39,20 @@ def _place(cfg, layout, ctx):
 
 
 def _evaluate(cfg, layout, ctx):
-    from mapping.evaluation.evaluate import run_evaluate
+    from mapping.evaluation.evaluate import measure, write_report
 
-    return run_evaluate(cfg, layout)
+    measured = ctx.early_result("evaluate")   # measured beside the render stage (the pipeline)
+    return write_report(layout, measured if measured is not None else measure(cfg, layout))
+
+
+def _evaluate_beside(cfg) -> str | None:
+    return "render" if cfg.beside_render else None
+
+
+def _evaluate_early(cfg, layout):
+    from mapping.evaluation.evaluate import measure
+
+    return measure(cfg, layout)
 
 
 KNN = Stage("knn", 50, KnnConfig, _knn, summary="Build the k-nearest-neighbour graph (FAISS) of the run's "
@@ -51,7 +62,8 @@ CLUSTER = Stage("cluster", 60, ClusterConfig, _cluster, summary="Cluster the kNN
 RENDER = Stage("render", 70, RenderConfig, _render, summary="Lay out the topics (UMAP) and render the map: "
                "writes the topics table, map.png and map.html.")
 EVALUATE = Stage("evaluate", 80, EvaluateConfig, _evaluate, summary="MeSH clustering accuracy per resolution, "
-                 "network statistics, report.md and metrics.json.")
+                 "network statistics, report.md and metrics.json.",
+                 beside=_evaluate_beside, early=_evaluate_early)
 PLACE = Stage("place", 75, PlaceConfig, _place, in_pipeline=False,
               summary="Place new papers (a run with their embeddings, --new) on this run's finished map: "
                       "neighbours on the map, a topic each, a position in it; writes the placed table and "

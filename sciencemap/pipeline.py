@@ -1,4 +1,6 @@
-"""The runner behind jobs/pipeline.py: the registered stages in order, in one process.
+"""The runner behind jobs/pipeline.py: the registered stages in order, in one process, except a
+stage's part that reads nothing an earlier stage writes (Stage.beside, Stage.early: evaluate's
+measurements beside the render stage), which runs in a process of its own beside that stage.
 
 Stages share one StageContext, so the two Spark stages share one SparkSession. `stages.json` in
 the run directory records each finished stage with a hash of its settings; a restarted run skips
@@ -67,6 +69,7 @@ def run_pipeline(opts: PipelineOptions) -> dict:
     state = json.loads(layout.stages_json.read_text()) if layout.stages_json.exists() else {}
 
     summaries, t_start = {}, time.time()
+    started_early: dict[str, float] = {}   # stage -> when its early part started (its seconds count from then)
     with StageContext() as ctx:
         for stage in chosen:
             cfg = configs[stage.name]
@@ -76,7 +79,14 @@ def run_pipeline(opts: PipelineOptions) -> dict:
                 print(f"[{stage.name}] already done with these settings ({done['seconds']:.1f} s); skipped")
                 continue
             print(f"[{stage.name}] starting", flush=True)
-            t0 = time.time()
+            t0 = started_early.pop(stage.name, time.time())
+            for later in chosen[chosen.index(stage) + 1:]:
+                # this stage runs, so every later one will: a part that reads nothing this stage
+                # writes starts now, beside it
+                if later.early is not None and later.beside is not None and later.beside(configs[later.name]) == stage.name:
+                    print(f"[{later.name}] starting beside {stage.name}, in a process of its own", flush=True)
+                    started_early[later.name] = time.time()
+                    ctx.start_early(later.name, later.early, configs[later.name], layout)
             summaries[stage.name] = stage.run(cfg, layout, ctx)
             seconds = time.time() - t0
             print(f"[{stage.name}] done in {seconds:.1f} s", flush=True)

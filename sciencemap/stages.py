@@ -24,11 +24,23 @@ ENTRY_POINT_GROUP = "sciencemap.stages"
 
 
 class StageContext:
-    """What a stage gets besides its settings: shared resources, closed once by whoever made the context."""
+    """What a stage gets besides its settings: shared resources, closed once by whoever made the
+    context, and the parts of later stages the pipeline started early (`start_early`)."""
 
     def __init__(self) -> None:
         self._shared: dict[str, Any] = {}
         self._closers: list[Callable[[], None]] = []
+        self._early: dict[str, EarlyPart] = {}
+
+    def start_early(self, name: str, fn: Callable, *args) -> None:
+        """Run `fn(*args)` for stage `name` in a process of its own, now; `early_result` collects it."""
+        self._early[name] = EarlyPart(fn, args)
+
+    def early_result(self, name: str):
+        """What the part started early for stage `name` returned (waiting for it; its error is raised
+        here), or None when none was started."""
+        part = self._early.pop(name, None)
+        return None if part is None else part.result()
 
     def shared(self, name: str, factory: Callable[[], Any], close: Callable[[Any], None] | None = None):
         """The resource `name`, made by `factory()` the first time it is asked for."""
@@ -40,6 +52,8 @@ class StageContext:
         return self._shared[name]
 
     def close(self) -> None:
+        while self._early:     # started early, never collected: the pipeline stopped before their stage
+            self._early.popitem()[1].stop()
         while self._closers:
             self._closers.pop()()
         self._shared.clear()
@@ -49,6 +63,62 @@ class StageContext:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _early_main(conn, fn, args) -> None:
+    """The early part's process: its log on stderr, then ("ok", result) or ("error", exception)."""
+    import pickle
+    import traceback
+
+    from sciencemap.runtime import log_to_stderr
+
+    log_to_stderr()
+    try:
+        out = ("ok", fn(*args))
+    except BaseException as e:   # noqa: BLE001 -- handed to the pipeline, which raises it
+        traceback.print_exc()
+        try:
+            pickle.dumps(e)
+            out = ("error", e)
+        except Exception:
+            out = ("error", RuntimeError("".join(traceback.format_exception(e))))
+    conn.send(out)
+    conn.close()
+
+
+class EarlyPart:
+    """A stage's part running in a spawned process (spawned, not forked: the pipeline's process
+    holds the Spark JVM's and torch's threads) and its result, sent back through a pipe."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_early_main, args=(child, fn, args), name=f"early-{fn.__name__}")
+        self._proc.start()
+        child.close()
+
+    def result(self):
+        try:
+            status, value = self._conn.recv()
+        except EOFError:
+            self._proc.join()
+            raise UserError(f"the process of {self._proc.name} ended with exit code {self._proc.exitcode} and no "
+                            "result (a negative code is the signal that killed it: -9 is often the kernel "
+                            "out of memory)") from None
+        finally:
+            self._conn.close()
+        self._proc.join()
+        if status == "error":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join()
+        self._conn.close()
 
 
 @dataclass(frozen=True)
@@ -63,6 +133,12 @@ class Stage:
     creates_run: bool = False       # the stage may start a new run directory (ingest, generate)
     in_pipeline: bool = True        # False: a job of its own only (e.g. the synthetic corpus generator)
     ranks: bool = False             # runs as torch processes (torchrun ranks): its job takes --nproc-per-node
+    # A part the pipeline may start early, in a process of its own, while an earlier stage runs:
+    # beside(cfg) names that stage (None: not early), early(cfg, layout) is the part (a module-level
+    # function, found by name in the new process), and run() gets its result from
+    # ctx.early_result(name) (None where it was not started early: then run() does it itself).
+    beside: Callable[[Any], str | None] | None = None
+    early: Callable[[Any, RunLayout], Any] | None = None
 
 
 _registered: dict[str, Stage] = {}

@@ -105,6 +105,9 @@ class EvaluateConfig:
                                                  "ones at most the cluster stage's iteration cap")
     close_share: float = setting(0.5, "a method is flagged close to the criterion when more than this share of its "
                                       "edges are among the criterion's own k-NN edges")
+    beside_render: bool = setting(True, "in the pipeline, measure in a process of its own while the render stage "
+                                        "runs (the two at once hold both stages' memory); false: after it",
+                                  outputs=False)
 
 
 def clustered_rows(clusters: ds.Dataset, n: int) -> tuple[list[float], np.ndarray]:
@@ -484,6 +487,23 @@ def train_section(path: Path) -> tuple[list[str], dict]:
 
 
 def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
+    """The whole stage: measure, then write report.md and metrics.json."""
+    return write_report(layout, measure(cfg, layout))
+
+
+@dataclass
+class Measured:
+    """What `measure` found, before the report's summary: the summary reads the render stage's
+    outputs, everything here only the stages up to the cluster stage's."""
+    metrics: dict
+    lines: list[str]       # report.md without its summary
+    n_vectors: int
+
+
+def measure(cfg: EvaluateConfig, layout: RunLayout) -> Measured:
+    """Every measurement of the stage (MeSH accuracy, the comparison, the networks). Reads the run
+    up to the cluster stage's outputs and none of the render stage's, so the pipeline may run it in
+    a process of its own while the render stage runs ([evaluate] beside_render)."""
     t0 = time.perf_counter()
     clusters = dataset(layout.table("clusters"), "run the cluster stage first")
     papers = dataset(layout.table("papers"), "run the ingest stage first")
@@ -558,10 +578,17 @@ def run_evaluate(cfg: EvaluateConfig, layout: RunLayout) -> dict:
                           "total_s": round(time.perf_counter() - t0, 3),
                           "peak_rss_mesh_mb": round(rss_mesh), "peak_rss_mb": round(rss_mb()),
                           "rss_end_mb": round(current_rss_mb())}
+    return Measured(metrics, lines, n_vectors)
+
+
+def write_report(layout: RunLayout, measured: Measured) -> dict:
+    """report.md (the summary first: it also reads the render stage's map) and metrics.json."""
     from mapping.evaluation.report_summary import summary_section
 
+    metrics, lines = measured.metrics, list(measured.lines)
+    mesh = metrics["mesh_accuracy"]
     head = 4   # title, blank, run directory, blank: the summary opens the report
-    lines[head:head] = summary_section(layout, metrics, n_vectors)
+    lines[head:head] = summary_section(layout, metrics, measured.n_vectors)
     write_text_atomic(layout.report_md, "\n".join(lines) + "\n")
     write_text_atomic(layout.metrics_json, json.dumps(_clean(metrics), indent=2, default=_json_default, allow_nan=False))
     summary = {"evaluated": mesh["evaluated"], "report": str(layout.report_md),

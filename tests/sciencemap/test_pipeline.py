@@ -127,3 +127,106 @@ def test_the_pipeline_command_line(probes, tmp_path, capsys):
     assert "error: --from scale comes after --to count" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         pipeline_main(["--run", str(tmp_path / "r"), "--from", "nope"])
+
+
+EARLY_PARTS = '''
+import json, os, signal, time
+from sciencemap.runtime import UserError
+
+def meet(cfg, layout):
+    """Tells the stage beside it that it runs, and waits (at most a minute) to hear it runs too."""
+    (layout.root / "early_pid").write_text(str(os.getpid()))
+    for _ in range(600):
+        if (layout.root / "beside_running").exists():
+            return {"pid": os.getpid(), "factor": cfg.factor}
+        time.sleep(0.1)
+    raise AssertionError("the stage beside never ran while this part did")
+
+def fail(cfg, layout):
+    raise UserError("no MeSH descriptors here")
+
+def die(cfg, layout):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def hang(cfg, layout):
+    (layout.root / "early_pid").write_text(str(os.getpid()))
+    time.sleep(600)
+'''
+
+
+@pytest.fixture
+def early_probes(monkeypatch, tmp_path):
+    """`count` and then `scale`, whose early part (one of EARLY_PARTS, in a module the spawned process
+    imports by name) starts beside `count`. Returns a function that registers them with that part."""
+    import importlib
+    import os
+    import time
+
+    (tmp_path / "early_parts.py").write_text(EARLY_PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    parts = importlib.import_module("early_parts")
+
+    def register(part: str, count_fails: bool = False, wait: bool = True):
+        def count(cfg, layout: RunLayout, ctx):
+            (layout.root / "beside_running").write_text("")
+            for _ in range(600 if wait else 0):       # the early part is a process of its own, running now
+                if (layout.root / "early_pid").exists():
+                    break
+                time.sleep(0.1)
+            if count_fails:
+                raise UserError("count failed")
+            return {"pid": os.getpid()}
+
+        def scale(cfg, layout: RunLayout, ctx):
+            early = ctx.early_result("scale")
+            return {"early": early, "pid": os.getpid()}
+
+        registry.all_stages()
+        monkeypatch.setitem(registry._registered, "count", Stage("count", 1000, CountConfig, count))
+        monkeypatch.setitem(registry._registered, "scale", Stage(
+            "scale", 1001, ScaleConfig, scale, beside=lambda cfg: "count" if cfg.factor > 0 else None,
+            early=getattr(parts, part)))
+
+    return register
+
+
+def test_an_early_part_runs_in_its_own_process_beside_the_earlier_stage(early_probes, tmp_path, capsys):
+    early_probes("meet")
+    out = _run(tmp_path / "run", "[scale]\nfactor = 1.5\n", tmp_path)
+    pid = out["count"]["pid"]
+    assert out["scale"]["pid"] == pid and out["scale"]["early"]["pid"] != pid    # its result, from its process
+    assert out["scale"]["early"]["factor"] == 1.5                                   # with the stage's settings
+    assert "[scale] starting beside count" in capsys.readouterr().out
+    # the earlier stage already done (only a setting of the later one changed): nothing starts early,
+    # run() gets None (and does its part itself)
+    (tmp_path / "run" / "early_pid").unlink()
+    early_probes("meet", wait=False)
+    out = _run(tmp_path / "run", "[scale]\nfactor = 2.5\n", tmp_path)
+    assert out["scale"]["early"] is None and not (tmp_path / "run" / "early_pid").exists()
+    # not beside (its setting says no): the same
+    out = _run(tmp_path / "run2", "[scale]\nfactor = -1.0\n", tmp_path)
+    assert set(out) == {"count", "scale"} and out["scale"]["early"] is None
+    assert not (tmp_path / "run2" / "early_pid").exists()
+
+
+def test_an_early_part_that_fails_or_is_killed_fails_its_stage_with_the_reason(early_probes, tmp_path):
+    early_probes("fail", wait=False)
+    with pytest.raises(UserError, match="no MeSH descriptors here"):
+        _run(tmp_path / "run", "[scale]\nfactor = 1.0\n", tmp_path)
+    state = json.loads((tmp_path / "run" / "stages.json").read_text())
+    assert set(state) == {"count"}                         # count finished; scale runs again next time
+
+    early_probes("die", wait=False)
+    with pytest.raises(UserError, match=r"ended with exit code -9 and no result"):
+        _run(tmp_path / "run2", "[scale]\nfactor = 1.0\n", tmp_path)
+
+
+def test_an_early_part_is_stopped_when_the_stage_beside_it_fails(early_probes, tmp_path):
+    import os
+
+    early_probes("hang", count_fails=True)
+    with pytest.raises(UserError, match="count failed"):
+        _run(tmp_path / "run", "[scale]\nfactor = 1.0\n", tmp_path)
+    pid = int((tmp_path / "run" / "early_pid").read_text())
+    with pytest.raises(ProcessLookupError):               # terminated and reaped when the pipeline stopped
+        os.kill(pid, 0)
