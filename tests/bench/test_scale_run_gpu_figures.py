@@ -22,3 +22,16 @@ def test_the_steady_rate_and_the_start_from_the_benchs_json(tmp_path, bench_modu
     assert (rate, start) == (4.0e5, 0.0) and "embed job (loop" in basis
     # no file: the H200 figures the script names
     assert scale_run.gpu_embed_figures(None)[:2] == (scale_run.GPU_EMBED_TOKENS_PER_S, scale_run.GPU_EMBED_START_S)
+
+
+def test_render_and_evaluate_side_by_side(bench_module, repo_root, monkeypatch):
+    """The longer of the two, unless their CPU work over the node's cores is longer; peaks summed."""
+    monkeypatch.syspath_prepend(str(repo_root / "bench"))
+    scale_run = bench_module("scale_run")
+    render = {"stage": "render", "hours": 0.3, "cpu_hours": 0.35, "peak_gb": 15.0}
+    evaluate = {"stage": "evaluate", "hours": 0.5, "cpu_hours": 1.2, "peak_gb": 30.0}
+    b = scale_run.side_by_side(render, evaluate, 0.7)
+    assert b["hours"] == 0.5 and abs(b["saved_hours"] - 0.3) < 1e-12 and b["peak_gb"] == 45.0
+    # stages that keep every core busy: the node's cores (1 + 15 x 0.7 = 11.5) bound them
+    busy = scale_run.side_by_side({**render, "cpu_hours": 3.0}, {**evaluate, "cpu_hours": 5.2}, 0.7)
+    assert abs(busy["hours"] - 8.2 / 11.5) < 1e-12 and abs(busy["saved_hours"] - (0.8 - 8.2 / 11.5)) < 1e-12
