@@ -69,7 +69,7 @@ def run_pipeline(opts: PipelineOptions) -> dict:
     state = json.loads(layout.stages_json.read_text()) if layout.stages_json.exists() else {}
 
     summaries, t_start = {}, time.time()
-    started_early: dict[str, float] = {}   # stage -> when its early part started (its seconds count from then)
+    started_early: dict[str, tuple[float, str]] = {}   # stage -> (when its early part started, beside which stage)
     with StageContext() as ctx:
         for stage in chosen:
             cfg = configs[stage.name]
@@ -78,14 +78,15 @@ def run_pipeline(opts: PipelineOptions) -> dict:
             if done and done["settings"] == digest and not opts.force:
                 print(f"[{stage.name}] already done with these settings ({done['seconds']:.1f} s); skipped")
                 continue
-            print(f"[{stage.name}] starting", flush=True)
-            t0 = started_early.pop(stage.name, time.time())
+            t0, beside = started_early.pop(stage.name, (time.time(), None))
+            print(f"[{stage.name}] starting" + (f" (its early part running since {beside} started)" if beside else ""),
+                  flush=True)
             for later in chosen[chosen.index(stage) + 1:]:
                 # this stage runs, so every later one will: a part that reads nothing this stage
                 # writes starts now, beside it
                 if later.early is not None and later.beside is not None and later.beside(configs[later.name]) == stage.name:
                     print(f"[{later.name}] starting beside {stage.name}, in a process of its own", flush=True)
-                    started_early[later.name] = time.time()
+                    started_early[later.name] = (time.time(), stage.name)
                     ctx.start_early(later.name, later.early, configs[later.name], layout)
             summaries[stage.name] = stage.run(cfg, layout, ctx)
             seconds = time.time() - t0
