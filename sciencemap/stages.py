@@ -66,12 +66,15 @@ class StageContext:
 
 
 def _early_main(conn, fn, args) -> None:
-    """The early part's process: its log on stderr, then ("ok", result) or ("error", exception)."""
+    """The early part's process: its log on stderr, then ("ok", result) or ("error", exception). It
+    leads a process group of its own, so `EarlyPart.stop` also stops the processes it started."""
+    import os
     import pickle
     import traceback
 
     from sciencemap.runtime import log_to_stderr
 
+    os.setpgid(0, 0)
     log_to_stderr()
     try:
         out = ("ok", fn(*args))
@@ -115,8 +118,18 @@ class EarlyPart:
         return value
 
     def stop(self) -> None:
-        if self._proc.is_alive():
-            self._proc.terminate()
+        """Stop the part and every process it started (its process group), then reap it."""
+        import os
+        import signal
+
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self._proc.is_alive():
+                break
+            try:
+                os.killpg(self._proc.pid, sig)
+            except (ProcessLookupError, PermissionError):   # not yet its own group: the process alone
+                self._proc.kill() if sig == signal.SIGKILL else self._proc.terminate()
+            self._proc.join(10)
         self._proc.join()
         self._conn.close()
 

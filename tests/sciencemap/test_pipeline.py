@@ -149,6 +149,11 @@ def die(cfg, layout):
     os.kill(os.getpid(), signal.SIGKILL)
 
 def hang(cfg, layout):
+    child = os.fork()          # a process of its own, as a pool of workers would be
+    if child == 0:
+        time.sleep(600)
+        os._exit(0)
+    (layout.root / "early_child_pid").write_text(str(child))
     (layout.root / "early_pid").write_text(str(os.getpid()))
     time.sleep(600)
 '''
@@ -223,6 +228,7 @@ def test_an_early_part_that_fails_or_is_killed_fails_its_stage_with_the_reason(e
 
 def test_an_early_part_is_stopped_when_the_stage_beside_it_fails(early_probes, tmp_path):
     import os
+    import time
 
     early_probes("hang", count_fails=True)
     with pytest.raises(UserError, match="count failed"):
@@ -230,3 +236,13 @@ def test_an_early_part_is_stopped_when_the_stage_beside_it_fails(early_probes, t
     pid = int((tmp_path / "run" / "early_pid").read_text())
     with pytest.raises(ProcessLookupError):               # terminated and reaped when the pipeline stopped
         os.kill(pid, 0)
+    child = int((tmp_path / "run" / "early_child_pid").read_text())
+    for _ in range(50):       # the process it started stopped too (gone, or a zombie for init to reap)
+        try:
+            state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("gone", "Z"):
+            break
+        time.sleep(0.1)
+    assert state in ("gone", "Z")
