@@ -10,6 +10,10 @@ Corpora (real text):
   elife    the 1,979 eLife articles of ../shared/data/elife-articles, title + abstract, repeated
            --elife-repeat times under distinct ids (more volume for the timing); --elife-repeat 0
            leaves it out (said in the output)
+  titles   title-only papers, as a map's cited-only papers are embedded (about half of the nodes of
+           the generated corpora): the demo run's cited-only papers (real reference titles), else
+           the sample's PubMed titles, repeated --titles-repeat times; the embed feed only (such
+           papers are not trained on); --titles-repeat 0 leaves it out
 
 References, per corpus, on the texts the embed feed tokenizes (title [SEP] abstract of each row
 with text), timed the same way:
@@ -61,6 +65,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
@@ -120,6 +125,22 @@ def sample_corpus(tmp: Path, demo: Path) -> tuple[str, Path]:
     files = [(str(f), f.read_bytes()) for f in sorted((REPO / "sample" / "elife").glob("*.xml.gz"))]
     i, t, a = jats_papers(files)
     return "sample (PubMed records + eLife articles)", write_papers(tmp / "sample", ids + i, titles + t, abstracts + a)
+
+
+def titles_corpus(tmp: Path, demo: Path, repeat: int) -> tuple[str, Path]:
+    """Title-only papers, as the cited-only papers of a map are embedded: the demo run's cited-only
+    papers (real reference titles: no record file of their own), else the sample's PubMed titles."""
+    if demo.is_dir():
+        t = pq.read_table(demo, columns=["paper_id", "title", "abstract", "source_file"])
+        t = t.filter(pc.and_(pc.is_null(t["source_file"]), pc.is_valid(t["title"])))
+        ids, titles, what = t["paper_id"].to_pylist(), t["title"].to_pylist(), f"the cited-only papers of {demo}"
+    else:
+        frames = [pd.read_csv(f, usecols=["pmid", "Title"]) for f in sorted((REPO / "sample" / "pubmed").glob("*.csv.gz"))]
+        df = pd.concat(frames)
+        ids, titles, what = [f"pmid:{x}" for x in df.pmid], list(df.Title), "the sample's PubMed titles"
+    all_ids = [f"{x}#{r}" for r in range(repeat) for x in ids]
+    return (f"titles only ({what}, {len(ids):,} x {repeat})",
+            write_papers(tmp / "titles", all_ids, titles * repeat, [None] * len(all_ids)))
 
 
 def elife_corpus(tmp: Path, repeat: int) -> tuple[str, Path] | None:
@@ -259,6 +280,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--elife-repeat", type=int, default=5, help="0 leaves the eLife corpus out")
+    ap.add_argument("--titles-repeat", type=int, default=20, help="the title-only corpus (how the cited-only "
+                    "papers of a map are embedded) repeated this many times; 0 leaves it out")
     ap.add_argument("--triplets", type=int, default=20_000)
     ap.add_argument("--sample", type=Path, default=REPO / "runs" / "demo" / "papers",
                     help="the sample's papers table as the pipeline writes it (make demo)")
@@ -283,11 +306,16 @@ def main() -> int:
         print("eLife corpus left out (--elife-repeat 0)")
     if el:
         corpora.append(el)
+    if args.titles_repeat > 0:
+        corpora.append(titles_corpus(tmp, args.sample, args.titles_repeat))
+    else:
+        print("title-only corpus left out (--titles-repeat 0)")
     verdicts = Verdicts()
     figures = {}
     try:
         for name, papers in corpora:
             short = name.split(" (")[0]
+            with_training = not short.startswith("titles")   # title-only papers are embedded, not trained on
             print(f"\n== {name}: {plan_input(papers).n_rows:,} rows")
             texts = feed_texts(enc, papers)
             tok_ref = tokenizer_reference(enc, texts)
@@ -322,6 +350,8 @@ def main() -> int:
             print(f"  this feed, CUDA shape (chunks of {sh.chunk_rows:,} rows sorted by length, <= {sh.max_tokens:,} "
                   f"tokens, cut at {sh.pad_limit}x padding from {sh.min_batch_tokens:,} tokens, widths x{sh.pad_multiple}): "
                   f"{e['padded'] / e['real']:.3f}")
+            if not with_training:
+                continue
             t = training_feed(enc, papers, args.workers, tmp, args.triplets)
             tok, w, c = t["build"]
             print(f"training feed, tokenizing once into the run's Arrow files: {tok:,} tokens in {w:.1f}s wall / "

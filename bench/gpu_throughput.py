@@ -9,7 +9,9 @@ Without a usable CUDA device it stops with an error (exit 2) instead of running 
 "not checked", so it exits 1 unless --no-fail (a dry run can never pass for a measurement).
 
 Texts: the sample's PubMed titles + abstracts, repeated under distinct ids up to --docs papers, cut
-at --max-length (256) tokens. Model: a BERT-base-sized encoder (12 layers, hidden 768, random
+at --max-length (256) tokens; with --titles-only their titles alone (25.7 tokens a paper), as a
+map's cited-only papers are embedded: the rate bench/scale_run.py's TITLE_ONLY_TOKENS assumes
+(the titles + abstracts rate per padded token) is measured so. Model: a BERT-base-sized encoder (12 layers, hidden 768, random
 weights, the shipped MiniLM's BERT vocabulary) written as a local model directory, or --model PATH
 (e.g. SciBERT). Everything in bf16 (autocast).
 
@@ -97,6 +99,14 @@ def texts_from_sample(n: int) -> tuple[list[str], list[str | None], list[str | N
     reps = -(-n // len(df))
     ids = [f"pmid:{p}#{r}" for r in range(reps) for p in df.pmid][:n]
     return ids, (list(df.Title) * reps)[:n], (list(df.abstractText) * reps)[:n]
+
+
+def bench_texts(n: int, titles_only: bool) -> tuple[list[str], list, list, str]:
+    """(ids, titles, abstracts, what they are): the sample's papers, or their titles alone."""
+    ids, titles, abstracts = texts_from_sample(n)
+    if titles_only:
+        return ids, titles, [None] * len(ids), "titles only"
+    return ids, titles, abstracts, "titles + abstracts"
 
 
 def make_run(root: Path, ids, titles, abstracts, n_triplets: int) -> RunLayout:
@@ -241,6 +251,8 @@ def main() -> int:
     ap.add_argument("--model", default="", help="a local model directory (default: a BERT-base-sized random one)")
     ap.add_argument("--docs", type=int, default=0, help="papers (default 300,000; dry run 96)")
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--titles-only", action="store_true", help="embed and train on the titles alone (short "
+                    "documents, as a map's cited-only papers are embedded)")
     ap.add_argument("--train-steps", type=int, default=0, help="optimizer steps per training variant (default 40; dry run 3)")
     ap.add_argument("--warmup-steps", type=int, default=0, help="untimed first steps (default 10; dry run 1)")
     ap.add_argument("--train-compile", action="store_true", help="also time batch 64 with the compiled model")
@@ -269,7 +281,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="sciencemap-gpu-bench-"))
     try:
         model_dir = Path(args.model) if args.model else make_model(tmp / "model", layers, hidden, heads)
-        ids, titles, abstracts = texts_from_sample(docs)
+        ids, titles, abstracts, texts = bench_texts(docs, args.titles_only)
         n_trip = max(steps * 64 * 1 + 64, steps * 32 + 32) + 8
         lay = make_run(tmp / "run", ids, titles, abstracts, n_trip)
         enc = load_encoder(str(model_dir), "mean", args.max_length, device.type)
@@ -277,7 +289,7 @@ def main() -> int:
         fpt = flops_per_token(enc.model, args.max_length)
         print(f"device {name}; torch {torch.__version__}; model {model_dir.name if args.model else ('a tiny BERT' if dry else 'BERT-base-sized')} "
               f"({layers if not args.model else enc.model.config.num_hidden_layers} layers, hidden {enc.dim}); "
-              f"{docs:,} papers, max_length {enc.max_length}; bf16; embed batches <= {shape.batch_size} docs / "
+              f"{docs:,} papers ({texts}), max_length {enc.max_length}; bf16; embed batches <= {shape.batch_size} docs / "
               f"{shape.max_tokens:,} tokens, chunks of {shape.chunk_rows}, {shape.workers} feed workers; "
               f"peak {peak or 'unknown'} TFLOP/s")
         rep = Report(peak, dry, fpt)
@@ -339,7 +351,7 @@ def main() -> int:
             else:
                 verdicts.at_least(label, value, target, fmt, reason=why)
         if args.json:
-            args.json.write_text(json.dumps({"device": name, "dry_run": dry, "rows": rep.rows,
+            args.json.write_text(json.dumps({"device": name, "dry_run": dry, "texts": texts, "rows": rep.rows,
                                              "embed_summary": {k: s.get(k) for k in ("compiled", "compile_failed",
                                                                                      "first_batch_seconds")},
                                              "graphs_compiled_in_the_embed_job": recompiled,

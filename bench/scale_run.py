@@ -86,7 +86,28 @@ MODEL = {"ingest": (1.0, "linear in papers and references (a pass over the files
 GPU_EMBED_TOKENS_PER_S = 2_136_100       # the embed job after its first batch (bare compiled forward: 2,192,666)
 GPU_EMBED_START_S = 28.2                 # its first batch, that far into the loop
 TOKENS_PER_PAPER = 232                   # real tokens per PubMed title + abstract at max_length 256, same run
+# A title-only paper (a cited-only paper of the map: no abstract) in those tokens' GPU work: the
+# sample's PubMed titles, 25.7 real tokens (the demo's 12,704 cited-only papers, real reference
+# titles: 21.3), x 1.088 / 1.011 for the CUDA shape's padding of such batches against that of
+# titles + abstracts (bench/feed_throughput.py's feed; the forward's work is the padded tokens).
+# Derived: the H200's rate was measured on titles + abstracts only (bench/gpu_throughput.py --titles-only).
+TITLE_ONLY_TOKENS = 28
 NODE_CORES, NODE_MEMORY_GB = 16, 128
+
+
+def embed_tokens(big: dict, nodes_ratio: float) -> tuple[float, str]:
+    """(GPU tokens a corpus paper, what they are): the map's nodes a paper, the papers with an
+    abstract at TOKENS_PER_PAPER and the title-only ones (cited-only papers; the share of the
+    largest size's run, all of them beyond its corpus share where a rule keeps fewer) at
+    TITLE_ONLY_TOKENS. A size measured before the title-only papers were counted: every node at
+    TOKENS_PER_PAPER."""
+    if big.get("title_only") is None:
+        return nodes_ratio * TOKENS_PER_PAPER, f"{nodes_ratio:.2f} nodes a paper x {TOKENS_PER_PAPER} tokens"
+    full = (big["nodes"] - big["title_only"]) / big["papers"]
+    titles = max(0.0, nodes_ratio - full)
+    return (full * TOKENS_PER_PAPER + titles * TITLE_ONLY_TOKENS,
+            f"a paper's {full:.2f} nodes with an abstract x {TOKENS_PER_PAPER} tokens + {titles:.2f} title-only "
+            f"nodes x {TITLE_ONLY_TOKENS} (derived: see TITLE_ONLY_TOKENS)")
 
 
 def gpu_embed_figures(path: Path | None) -> tuple[float, float, str]:
@@ -297,6 +318,7 @@ def one_size(n: int, args, log: Path, earlier: dict | None, save) -> dict:
         entry["by_role"] = dict(earlier.get("by_role", {})) if earlier else {}
         ingest_by_role(n, root, inputs, log, entry["by_role"], lambda: save(entry))
     entry["nodes"] = ingest_count(run, "papers_corpus", "papers_title_only")
+    entry["title_only"] = ingest_count(run, "papers_title_only")
     return entry
 
 
@@ -521,9 +543,9 @@ def main() -> int:
             hours, peak, basis = args.train_hours, None, f"the [train] max_hours budget ({args.train_hours:g} h), on the GPU"
             table.append({"stage": stage, "hours": hours, "peak_gb": peak, "basis": basis})
         elif stage == "embed":
-            hours = (N * nodes_ratio * TOKENS_PER_PAPER / embed_rate + embed_start) / 3600
-            basis = (f"{TOKENS_PER_PAPER} tokens a paper / {embed_rate:,.0f} tokens/s + a start of {embed_start:.0f} s "
-                     f"({embed_basis})")
+            tokens, split = embed_tokens(big, nodes_ratio)
+            hours = (N * tokens / embed_rate + embed_start) / 3600
+            basis = (f"{split} / {embed_rate:,.0f} tokens/s + a start of {embed_start:.0f} s ({embed_basis})")
             table.append({"stage": stage, "hours": hours, "peak_gb": None, "basis": basis})
         else:
             sizes = [r["papers"] for r in results]

@@ -79,6 +79,11 @@ if [ "${LEIDEN:-0}" = 1 ]; then
         --nodes ${LEIDEN_NODES:-500000} --edges ${LEIDEN_EDGES:-10000000} \
         > $OUT/leiden.log 2>&1; echo "leiden_scale rc $?"; grep -vE "^[0-9-]+ [0-9:,]+ " $OUT/leiden.log | tail -30
 fi
+if [ "${TITLES:-0}" = 1 ]; then   # the same on titles alone: the rate of a map's cited-only papers
+    timeout ${TP_S:-240} python3 bench/gpu_throughput.py --titles-only --docs ${TITLE_DOCS:-300000} --train-steps 5 \
+        --warmup-steps 2 --json $OUT/gpu_titles.json > $OUT/gpu_titles.log 2>&1; echo "gpu_throughput --titles-only rc $?"
+    grep -E "^(device|embed job|bare)" $OUT/gpu_titles.log
+fi
 [ "${DOCS:-60000}" = 0 ] && exit 0
 TORCH_LOGS=recompiles timeout ${TP_S:-240} python3 bench/gpu_throughput.py --docs ${DOCS:-60000} --train-steps 20 --warmup-steps 5 \
     --json $OUT/gpu_throughput.json > $OUT/gpu_throughput.log 2>&1; echo "gpu_throughput rc $?"
@@ -190,7 +195,7 @@ def main() -> int:
             t.add(site, arcname=".")
         (a.out / "run.sh").write_text(RUN_SH)
     print(f"{a.out / 'site.tar.xz'}: {(a.out / 'site.tar.xz').stat().st_size / 2**20:.1f} MiB; then: device run `bash .gpu/run.sh`, "
-          f"carry [\".gpu\"] (SCALE_N; KNN=0, DOCS=0 skip a bench; LEIDEN=1 with --leiden; KNN_S / TP_S / LEIDEN_S time limits)")
+          f"carry [\".gpu\"] (SCALE_N; KNN=0, DOCS=0 skip a bench; LEIDEN=1 with --leiden; TITLES=1 the embed bench on titles alone; KNN_S / TP_S / LEIDEN_S time limits)")
     return 0
 
 

@@ -101,7 +101,7 @@ def test_leiden_scale_merge_mode_measures_the_merge_in_a_child_and_misses_an_unr
 
 def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp_path):
     out = tmp_path / "feed.json"
-    p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000,
+    p = bench(repo_root, "feed_throughput.py", "--elife-repeat", 0, "--triplets", 2000, "--titles-repeat", 1,
               "--target-vs-dataloader", 1e6, "--json", out)
     assert p.returncode == 1, p.stderr[-3000:]
     assert "eLife corpus left out (--elife-repeat 0)" in p.stdout
@@ -120,6 +120,12 @@ def test_feed_throughput_compares_with_references_of_the_same_run(repo_root, tmp
     assert set(sample["projected_tokens_per_s_16_cores"]) == {"embed feed", "training feed, micro-batches of 64",
                                                               "training feed, micro-batches of 8"}
     assert sample["projection_basis"] == "per-core tokens/s measured here x 16 cores"
+    # title-only papers (a map's cited-only ones): the embed feed only, its documents a tenth as long
+    titles = json.loads(out.read_text())["corpora"]["titles only"]
+    assert set(titles["projected_tokens_per_s_16_cores"]) == {"embed feed"}
+    verdict(p, "titles only: embed feed / a plain DataLoader, tokens per CPU-s", "MISSED", ">= 1000000.00x")
+    means = [int(m) for m in re.findall(r"^embed feed: [\d,]+ docs, [\d,]+ real tokens \(mean (\d+)\)", p.stdout, re.M)]
+    assert len(means) == 2 and means[1] < min(40, means[0]), means   # a title: ~20-26 tokens on real data
 
 
 def faiss_gpus() -> int:

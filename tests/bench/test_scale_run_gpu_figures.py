@@ -35,3 +35,25 @@ def test_render_and_evaluate_side_by_side(bench_module, repo_root, monkeypatch):
     # stages that keep every core busy: the node's cores (1 + 15 x 0.7 = 11.5) bound them
     busy = scale_run.side_by_side({**render, "cpu_hours": 3.0}, {**evaluate, "cpu_hours": 5.2}, 0.7)
     assert abs(busy["hours"] - 8.2 / 11.5) < 1e-12 and abs(busy["saved_hours"] - (0.8 - 8.2 / 11.5)) < 1e-12
+
+
+def test_title_only_nodes_cost_their_own_tokens(bench_module, repo_root, monkeypatch):
+    monkeypatch.syspath_prepend(str(repo_root / "bench"))
+    scale_run = bench_module("scale_run")
+    big = {"papers": 1000, "nodes": 1820, "title_only": 920}
+    tokens, split = scale_run.embed_tokens(big, 1.82)
+    assert abs(tokens - (0.9 * scale_run.TOKENS_PER_PAPER + 0.92 * scale_run.TITLE_ONLY_TOKENS)) < 1e-9
+    assert "0.92 title-only" in split
+    # a rule that keeps fewer cited-only papers takes them off the title-only nodes
+    assert abs(scale_run.embed_tokens(big, 1.3)[0] - (0.9 * 232 + 0.4 * scale_run.TITLE_ONLY_TOKENS)) < 1e-9
+    # a size measured before title-only papers were counted: every node a full paper
+    assert scale_run.embed_tokens({"papers": 1000, "nodes": 1820}, 1.82)[0] == 1.82 * scale_run.TOKENS_PER_PAPER
+
+
+def test_titles_only_keeps_the_papers_and_drops_their_abstracts(bench_module, repo_root, monkeypatch):
+    monkeypatch.syspath_prepend(str(repo_root / "bench"))
+    gpu = bench_module("gpu_throughput")
+    ids, titles, abstracts, what = gpu.bench_texts(300, False)
+    ids2, titles2, abstracts2, what2 = gpu.bench_texts(300, True)
+    assert (ids2, titles2) == (ids, titles) and what == "titles + abstracts" and what2 == "titles only"
+    assert all(a for a in abstracts) and abstracts2 == [None] * 300

@@ -29,7 +29,7 @@ def test_dry_run_times_every_part(tmp_path, repo_root):
     embed = rows["embed job (loop: feed + forward + writes)"]
     assert embed["ratio_to_bare"] == pytest.approx(embed["tokens_per_s"] / rows["bare compiled forward"]["tokens_per_s"])
     assert rows["training, batch 64"]["ratio_to_bare"] is None     # training is not the forward's work
-    assert "64 papers" in p.stdout and "MFU" in p.stdout
+    assert "64 papers (titles + abstracts)" in p.stdout and "MFU" in p.stdout and figures["texts"] == "titles + abstracts"
     assert re.search(r"^\(\*\) projected \(basis: 33M papers x 256 tokens each / the row's measured real tokens/s\)",
                      p.stdout, re.M)
     # the compiled forward is checked for real on the CPU; the GPU targets are not checked, with the reason
