@@ -33,7 +33,9 @@ def _train(cfg, layout, ctx):
 def _embed(cfg, layout, ctx):
     from encoders.embed import run_embed
 
-    return run_embed(cfg, layout)
+    # in the pipeline, shards of other inputs (an earlier stage re-ran) are replaced, as training
+    # replaces checkpoints of other data; the job of its own refuses them (--restart discards them)
+    return run_embed(cfg, layout, replace_stale=ctx.pipeline)
 
 
 def _rank0_json(s: dict) -> str:

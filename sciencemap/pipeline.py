@@ -70,7 +70,7 @@ def run_pipeline(opts: PipelineOptions) -> dict:
 
     summaries, t_start = {}, time.time()
     started_early: dict[str, tuple[float, str]] = {}   # stage -> (when its early part started, beside which stage)
-    with StageContext() as ctx:
+    with StageContext(pipeline=True) as ctx:
         for stage in chosen:
             cfg = configs[stage.name]
             digest = settings_hash(cfg)

@@ -27,7 +27,10 @@ class StageContext:
     """What a stage gets besides its settings: shared resources, closed once by whoever made the
     context, and the parts of later stages the pipeline started early (`start_early`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipeline: bool = False) -> None:
+        # the pipeline's context: a stage runs because it or an earlier one changed (or never
+        # finished), so what an earlier attempt with other inputs left is replaced, not refused
+        self.pipeline = pipeline
         self._shared: dict[str, Any] = {}
         self._closers: list[Callable[[], None]] = []
         self._early: dict[str, EarlyPart] = {}

@@ -182,11 +182,13 @@ def _set_threads(cfg: EmbedConfig, dist: Dist) -> None:
 
 
 def run_embed(cfg: EmbedConfig, layout: RunLayout,
-              after_shard: Callable[[int, int], None] | None = None, encoder: Encoder | None = None) -> dict:
+              after_shard: Callable[[int, int], None] | None = None, encoder: Encoder | None = None,
+              replace_stale: bool = False) -> dict:
     """Embed the run's papers into layout.embeddings_dir (this rank's share under torchrun).
     `after_shard(k, n_done_by_this_process)` runs after each written shard (a test hook: raise
     there to simulate a crash). `encoder`: an already loaded one (its model, pooling, max_length
-    and device replace cfg's), so tests and notebooks skip reloading."""
+    and device replace cfg's), so tests and notebooks skip reloading. `replace_stale`: shards of a
+    job with other inputs or settings are discarded, not refused (the pipeline's call)."""
     _check(cfg)
     t_start = time.perf_counter()
     crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
@@ -196,7 +198,7 @@ def run_embed(cfg: EmbedConfig, layout: RunLayout,
         if encoder is None:
             spec = _resolve_spec(cfg, layout)
             encoder = load_encoder(spec, cfg.pooling or None, cfg.max_length or training_length(spec), dist.device)
-        summary = _run(cfg, layout, encoder, dist, after_shard, crash_after)
+        summary = _run(cfg, layout, encoder, dist, after_shard, crash_after, replace_stale)
         return {**summary, "seconds": round(time.perf_counter() - t_start, 2)}
     finally:
         dist.close()
@@ -210,7 +212,7 @@ def _vector_note(enc: Encoder, objective, specs: dict) -> dict:
 
 
 def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision: str, shape: FeedShape,
-                   dist: Dist, views: dict, dim: int) -> tuple[InputPlan, dict, set[int]]:
+                   dist: Dist, views: dict, dim: int, replace_stale: bool) -> tuple[InputPlan, dict, set[int]]:
     """Rank 0 plans the input and opens the output; the others wait for its answer (or its error)."""
     answer = None
     if dist.main:
@@ -224,7 +226,7 @@ def _plan_and_open(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, precision:
                 **views,
             }
             manifest, done = open_output(layout.embeddings_dir, expected, {**asdict(cfg), "resolved": asdict(shape)},
-                                         cfg.restart)
+                                         cfg.restart, replace_stale)
             answer = {"plan": plan, "manifest": manifest, "done": done}
         except UserError as e:
             answer = {"error": str(e)}
@@ -283,7 +285,7 @@ def _write(out, k: int, ids: list[str], host: torch.Tensor, event, record: dict,
 
 
 def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
-         after_shard: Callable[[int, int], None] | None, crash_after: int) -> dict:
+         after_shard: Callable[[int, int], None] | None, crash_after: int, replace_stale: bool) -> dict:
     rank, world = dist.rank, dist.world
     enc.model.eval()
     precision = resolve_precision(cfg.precision, enc.device)
@@ -300,7 +302,7 @@ def _run(cfg: EmbedConfig, layout: RunLayout, enc: Encoder, dist: Dist,
         objective.check_embed(cfg)
     dim = main_dim(enc, objective)
     plan, manifest, done = _plan_and_open(cfg, layout, enc, precision, shape, dist,
-                                          _vector_note(enc, objective, specs), dim)
+                                          _vector_note(enc, objective, specs), dim, replace_stale)
     n_shards, mhash = manifest["n_shards"], manifest["model_hash"]
 
     todo = [k for k in range(n_shards) if k % world == rank and k not in done]

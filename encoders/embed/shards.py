@@ -11,6 +11,7 @@ the vectors changed.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,8 @@ from sciencemap.contracts import EMBEDDING_SHARD_META_KEY, EMBEDDINGS_MANIFEST, 
 from sciencemap.embeddings import read_manifest, shard_name
 from sciencemap.runtime import UserError
 from sciencemap.storage import atomic_file, sweep_temporaries, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 MAX_LISTED_SKIPS = 100  # skipped rows listed by name per shard (all are counted)
 # Settings that change the vectors or the shard assignment: a resume must match them.
@@ -80,20 +83,26 @@ def finished_shards(out: Path, model_hash: str, shard_size: int) -> dict[int, di
     return done
 
 
-def open_output(out: Path, expected: dict, settings: dict, restart: bool) -> tuple[dict, set[int]]:
+def open_output(out: Path, expected: dict, settings: dict, restart: bool,
+                replace_stale: bool = False) -> tuple[dict, set[int]]:
     """Rank 0, before any shard is embedded: sweep what a killed run left, check an existing job
-    against `expected` (refuse when a RESUME_KEYS value differs) or clear it (restart, or no
-    manifest), and write the manifest with the shards already finished."""
+    against `expected` (refuse when a RESUME_KEYS value differs, or with `replace_stale` clear it:
+    the pipeline, which re-runs this stage because an earlier one changed) or clear it (restart, or
+    no manifest), and write the manifest with the shards already finished."""
     out.mkdir(parents=True, exist_ok=True)
     sweep_temporaries(out)
+    stale = None
     if (out / EMBEDDINGS_MANIFEST).is_file() and not restart:
         old = read_manifest(out)
         for key in RESUME_KEYS:
             if old.get(key) != expected[key]:
-                what = "input papers" if key == "input" else key
-                raise UserError(f"{out} was started with different {what} than this run; "
-                                "rerun with --restart to discard it, or restore the original inputs")
-    else:
+                stale = "input papers" if key == "input" else key
+                if not replace_stale:
+                    raise UserError(f"{out} was started with different {stale} than this run; "
+                                    "rerun with --restart to discard it, or restore the original inputs")
+                log.warning("embed: %s holds shards made with different %s than this run: discarded", out, stale)
+                break
+    if restart or stale or not (out / EMBEDDINGS_MANIFEST).is_file():
         for old_part in out.glob("part-*.parquet"):
             old_part.unlink()
         shutil.rmtree(out / "views", ignore_errors=True)   # views are shards of the same job

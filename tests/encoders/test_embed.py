@@ -299,6 +299,11 @@ def test_resume_refuses_changed_model_or_input(make_run, records, tmp_path, enc)
     with pytest.raises(UserError, match="different input papers"):
         run_embed(cfg(), lay, encoder=enc)
     assert run_embed(cfg(restart=True), lay, encoder=enc)["embedded_now"] == 12
+    # the pipeline's call (an earlier stage re-ran): shards of other inputs are replaced, not refused
+    write_papers(lay, rows)
+    s = run_embed(cfg(), lay, encoder=enc, replace_stale=True)
+    assert s["embedded_now"] == 12 and s["tokens_embedded"] > 0
+    assert run_embed(cfg(), lay, encoder=enc, replace_stale=True)["embedded_now"] == 0   # matching shards: resumed
 
 
 def test_float16_and_bf16_outputs(make_run, records, enc):

@@ -180,7 +180,7 @@ def early_probes(monkeypatch, tmp_path):
                 time.sleep(0.1)
             if count_fails:
                 raise UserError("count failed")
-            return {"pid": os.getpid()}
+            return {"pid": os.getpid(), "pipeline": ctx.pipeline}
 
         def scale(cfg, layout: RunLayout, ctx):
             early = ctx.early_result("scale")
@@ -201,6 +201,7 @@ def test_an_early_part_runs_in_its_own_process_beside_the_earlier_stage(early_pr
     pid = out["count"]["pid"]
     assert out["scale"]["pid"] == pid and out["scale"]["early"]["pid"] != pid    # its result, from its process
     assert out["scale"]["early"]["factor"] == 1.5                                   # with the stage's settings
+    assert out["count"]["pipeline"] is True      # the pipeline's context (a job's own says False)
     assert "[scale] starting beside count" in capsys.readouterr().out
     # the earlier stage already done (only a setting of the later one changed): nothing starts early,
     # run() gets None (and does its part itself)
