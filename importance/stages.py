@@ -1,7 +1,8 @@
 """The importance package's stages, registered through the `sciencemap.stages` entry points.
 
 ingest and importance run on Spark; they share one SparkSession per process (the runner's or the
-job door's StageContext), made here on first use and stopped when the context closes.
+job door's StageContext), made here on first use and stopped, its JVM with it, when the context
+closes or (the pipeline) once no later stage shares it.
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from importance.job import ImportanceConfig
 
 def spark_session(ctx: StageContext, cfg, size, stage: str):
     """The shared session; the first Spark stage starts it with the settings derived for it."""
-    from importance.ingest.spark import start_spark
+    from importance.ingest.spark import start_spark, stop_spark
 
-    return ctx.shared("spark", lambda: start_spark(cfg, size, stage), close=lambda s: s.stop())
+    return ctx.shared("spark", lambda: start_spark(cfg, size, stage), close=stop_spark)
 
 
 def _ingest(cfg, layout, ctx):
@@ -56,10 +57,10 @@ def _generate(cfg, layout, ctx):
     return run_generate(cfg, layout)
 
 
-INGEST = Stage("ingest", 10, IngestConfig, _ingest, creates_run=True, show=_show_ingest,
+INGEST = Stage("ingest", 10, IngestConfig, _ingest, creates_run=True, show=_show_ingest, shares=("spark",),
                summary="Read full-text papers (JATS, ScisummNet, S2ORC/unarXive, MEDLINE, PubMed CSV) into "
                        "the papers, references, mentions, rejects, warnings and files tables (Spark).")
-IMPORTANCE = Stage("importance", 20, ImportanceConfig, _importance, show=_show_importance,
+IMPORTANCE = Stage("importance", 20, ImportanceConfig, _importance, show=_show_importance, shares=("spark",),
                    summary="Citation features per citing->cited pair, entropy weights (Table 3), importance "
                            "scores and Algorithm 1 training triplets (Spark).")
 GENERATE = Stage("generate", 5, GenerateConfig, _generate, creates_run=True, in_pipeline=False,

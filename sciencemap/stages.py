@@ -32,7 +32,7 @@ class StageContext:
         # finished), so what an earlier attempt with other inputs left is replaced, not refused
         self.pipeline = pipeline
         self._shared: dict[str, Any] = {}
-        self._closers: list[Callable[[], None]] = []
+        self._closers: list[tuple[str, Callable[[], None]]] = []
         self._early: dict[str, EarlyPart] = {}
 
     def start_early(self, name: str, fn: Callable, *args) -> None:
@@ -51,14 +51,27 @@ class StageContext:
             obj = factory()
             self._shared[name] = obj
             if close is not None:
-                self._closers.append(lambda: close(obj))
+                self._closers.append((name, lambda: close(obj)))
         return self._shared[name]
+
+    def held(self) -> list[str]:
+        """The shared resources made so far and not released."""
+        return list(self._shared)
+
+    def release(self, name: str) -> None:
+        """Close the shared resource `name` now (a later ask makes a new one)."""
+        self._shared.pop(name, None)
+        for i, (n, closer) in enumerate(self._closers):
+            if n == name:
+                del self._closers[i]
+                closer()
+                break
 
     def close(self) -> None:
         while self._early:     # started early, never collected: the pipeline stopped before their stage
             self._early.popitem()[1].stop()
         while self._closers:
-            self._closers.pop()()
+            self._closers.pop()[1]()
         self._shared.clear()
 
     def __enter__(self) -> "StageContext":
@@ -149,6 +162,8 @@ class Stage:
     creates_run: bool = False       # the stage may start a new run directory (ingest, generate)
     in_pipeline: bool = True        # False: a job of its own only (e.g. the synthetic corpus generator)
     ranks: bool = False             # runs as torch processes (torchrun ranks): its job takes --nproc-per-node
+    shares: tuple[str, ...] = ()    # the StageContext.shared resources it asks for: the pipeline releases
+                                    # one once no later stage asks for it (the Spark JVM before training)
     # A part the pipeline may start early, in a process of its own, while an earlier stage runs:
     # beside(cfg) names that stage (None: not early), early(cfg, layout) is the part (a module-level
     # function, found by name in the new process), and run() gets its result from

@@ -695,6 +695,34 @@ def start_spark(cfg, size: InputSize, stage: str, app: str = "sciencemap"):
     return spark
 
 
+def stop_spark(spark) -> None:
+    """Stop the session and the JVM pyspark launched for it: SparkSession.stop leaves that process
+    running, its heap held (up to the driver's memory), until Python exits, which in the pipeline
+    is after every later stage. Under spark-submit the JVM is the parent, and stays."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return
+    try:
+        gateway.shutdown()
+    except Exception:   # noqa: BLE001 -- the JVM may be gone already; its stdin's EOF ends it anyway
+        pass
+    if proc.stdin is not None:
+        proc.stdin.close()    # the gateway JVM exits when its stdin closes
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    SparkContext._gateway = None   # a later session launches a JVM of its own
+    SparkContext._jvm = None
+
+
 def _same(name: str, a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None

@@ -247,3 +247,57 @@ def test_an_early_part_is_stopped_when_the_stage_beside_it_fails(early_probes, t
             break
         time.sleep(0.1)
     assert state in ("gone", "Z")
+
+
+def test_a_shared_resource_is_released_after_the_last_stage_that_shares_it(monkeypatch, tmp_path):
+    """As the Spark JVM is stopped after importance, before training and the mapping stages."""
+    events = []
+
+    def make():
+        events.append("made")
+        return object()
+
+    def user(name):
+        def run(cfg, layout, ctx):
+            res = ctx.shared("res", make, close=lambda r: events.append("closed"))
+            events.append(f"{name} ran")
+            return {"res": id(res)}
+        return run
+
+    def other(cfg, layout, ctx):
+        events.append("c ran")
+        return {"held": ctx.held()}
+
+    registry.all_stages()
+    for stage in (Stage("a", 1000, CountConfig, user("a"), shares=("res",)),
+                  Stage("b", 1001, CountConfig, user("b"), shares=("res",)),
+                  Stage("c", 1002, CountConfig, other)):
+        monkeypatch.setitem(registry._registered, stage.name, stage)
+    out = run_pipeline(PipelineOptions(run=tmp_path / "run", first="a", last="c"))
+    assert out["a"]["res"] == out["b"]["res"] and out["c"]["held"] == []   # one resource, gone before c
+    assert events == ["made", "a ran", "b ran", "closed", "c ran"]
+    events.clear()
+    run_pipeline(PipelineOptions(run=tmp_path / "run2", first="a", last="a"))   # the last chosen stage
+    assert events == ["made", "a ran", "closed"]
+
+
+def test_stop_spark_ends_the_jvm_and_a_new_session_starts_another(repo_root):
+    import subprocess
+    import sys
+
+    script = """
+import os
+from pyspark import SparkContext
+from importance.ingest.spark import get_spark, stop_spark
+s = get_spark(app="stop-test", master="local[1]", shuffle_partitions=2)
+assert s.range(10).count() == 10
+proc = SparkContext._gateway.proc
+stop_spark(s)
+assert proc.poll() is not None, "the JVM still runs"
+s = get_spark(app="stop-test-2", master="local[1]", shuffle_partitions=2)
+assert s.range(5).count() == 5 and SparkContext._gateway.proc.pid != proc.pid
+stop_spark(s)
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", script], cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
