@@ -95,9 +95,9 @@ def run_pipeline(opts: PipelineOptions) -> dict:
                 state.pop(later, None)
             state[stage.name] = {"settings": digest, "seconds": seconds, "finished": time.time()}
             write_json_atomic(layout.stages_json, state)
-            later = chosen[chosen.index(stage) + 1:]
+            rest = chosen[chosen.index(stage) + 1:]
             for name in ctx.held():     # e.g. the Spark JVM, its heap, once the Spark stages are done
-                if not any(name in s.shares for s in later):
+                if not any(name in s.shares for s in rest):
                     ctx.release(name)
     print(f"pipeline finished in {time.time() - t_start:.1f} s; outputs in {layout.root}")
     if layout.report_md.exists():

@@ -144,7 +144,10 @@ class EarlyPart:
             try:
                 os.killpg(self._proc.pid, sig)
             except (ProcessLookupError, PermissionError):   # not yet its own group: the process alone
-                self._proc.kill() if sig == signal.SIGKILL else self._proc.terminate()
+                try:
+                    os.kill(self._proc.pid, sig)
+                except ProcessLookupError:
+                    pass
             self._proc.join(10)
         self._proc.join()
         self._conn.close()
