@@ -300,22 +300,21 @@ def main() -> int:
     print(f"workers {args.workers}, max_length {args.max_length}, tokenizer {enc.path.name}, cores here "
           f"{os.cpu_count()}, load average {os.getloadavg()}; pinning: "
           f"{'yes' if torch.cuda.is_available() else 'no (no CUDA here; the step is skipped, not timed)'}")
-    corpora = [sample_corpus(tmp, args.sample)]
+    corpora = [(*sample_corpus(tmp, args.sample), True)]   # (name, papers, with the training feed)
     el = elife_corpus(tmp, args.elife_repeat) if args.elife_repeat > 0 else None
     if args.elife_repeat <= 0:
         print("eLife corpus left out (--elife-repeat 0)")
     if el:
-        corpora.append(el)
-    if args.titles_repeat > 0:
-        corpora.append(titles_corpus(tmp, args.sample, args.titles_repeat))
+        corpora.append((*el, True))
+    if args.titles_repeat > 0:   # title-only papers are embedded, not trained on
+        corpora.append((*titles_corpus(tmp, args.sample, args.titles_repeat), False))
     else:
         print("title-only corpus left out (--titles-repeat 0)")
     verdicts = Verdicts()
     figures = {}
     try:
-        for name, papers in corpora:
+        for name, papers, with_training in corpora:
             short = name.split(" (")[0]
-            with_training = not short.startswith("titles")   # title-only papers are embedded, not trained on
             print(f"\n== {name}: {plan_input(papers).n_rows:,} rows")
             texts = feed_texts(enc, papers)
             tok_ref = tokenizer_reference(enc, texts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from sciencemap.stages import Stage
 
 from mapping.cluster import ClusterConfig
-from mapping.evaluation.evaluate import EvaluateConfig
+from mapping.evaluation.evaluate import EvaluateConfig, measure, write_report
 from mapping.knn import KnnConfig
 from mapping.place import PlaceConfig
 from mapping.render import RenderConfig
@@ -39,20 +39,12 @@ def _place(cfg, layout, ctx):
 
 
 def _evaluate(cfg, layout, ctx):
-    from mapping.evaluation.evaluate import measure, write_report
-
     measured = ctx.early_result("evaluate")   # measured beside the render stage (the pipeline)
     return write_report(layout, measured if measured is not None else measure(cfg, layout))
 
 
 def _evaluate_beside(cfg) -> str | None:
     return "render" if cfg.beside_render else None
-
-
-def _evaluate_early(cfg, layout):
-    from mapping.evaluation.evaluate import measure
-
-    return measure(cfg, layout)
 
 
 KNN = Stage("knn", 50, KnnConfig, _knn, summary="Build the k-nearest-neighbour graph (FAISS) of the run's "
@@ -63,7 +55,7 @@ RENDER = Stage("render", 70, RenderConfig, _render, summary="Lay out the topics 
                "writes the topics table, map.png and map.html.")
 EVALUATE = Stage("evaluate", 80, EvaluateConfig, _evaluate, summary="MeSH clustering accuracy per resolution, "
                  "network statistics, report.md and metrics.json.",
-                 beside=_evaluate_beside, early=_evaluate_early)
+                 beside=_evaluate_beside, early=measure)
 PLACE = Stage("place", 75, PlaceConfig, _place, in_pipeline=False,
               summary="Place new papers (a run with their embeddings, --new) on this run's finished map: "
                       "neighbours on the map, a topic each, a position in it; writes the placed table and "

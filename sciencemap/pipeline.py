@@ -81,7 +81,8 @@ def run_pipeline(opts: PipelineOptions) -> dict:
             t0, beside = started_early.pop(stage.name, (time.time(), None))
             print(f"[{stage.name}] starting" + (f" (its early part running since {beside} started)" if beside else ""),
                   flush=True)
-            for later in chosen[chosen.index(stage) + 1:]:
+            rest = chosen[chosen.index(stage) + 1:]
+            for later in rest:
                 # this stage runs, so every later one will: a part that reads nothing this stage
                 # writes starts now, beside it
                 if later.early is not None and later.beside is not None and later.beside(configs[later.name]) == stage.name:
@@ -95,7 +96,6 @@ def run_pipeline(opts: PipelineOptions) -> dict:
                 state.pop(later, None)
             state[stage.name] = {"settings": digest, "seconds": seconds, "finished": time.time()}
             write_json_atomic(layout.stages_json, state)
-            rest = chosen[chosen.index(stage) + 1:]
             for name in ctx.held():     # e.g. the Spark JVM, its heap, once the Spark stages are done
                 if not any(name in s.shares for s in rest):
                     ctx.release(name)

@@ -32,7 +32,7 @@ class StageContext:
         # finished), so what an earlier attempt with other inputs left is replaced, not refused
         self.pipeline = pipeline
         self._shared: dict[str, Any] = {}
-        self._closers: list[tuple[str, Callable[[], None]]] = []
+        self._closers: dict[str, Callable[[], None]] = {}   # in the order made
         self._early: dict[str, EarlyPart] = {}
 
     def start_early(self, name: str, fn: Callable, *args) -> None:
@@ -51,7 +51,7 @@ class StageContext:
             obj = factory()
             self._shared[name] = obj
             if close is not None:
-                self._closers.append((name, lambda: close(obj)))
+                self._closers[name] = lambda: close(obj)
         return self._shared[name]
 
     def held(self) -> list[str]:
@@ -61,17 +61,15 @@ class StageContext:
     def release(self, name: str) -> None:
         """Close the shared resource `name` now (a later ask makes a new one)."""
         self._shared.pop(name, None)
-        for i, (n, closer) in enumerate(self._closers):
-            if n == name:
-                del self._closers[i]
-                closer()
-                break
+        closer = self._closers.pop(name, None)
+        if closer is not None:
+            closer()
 
     def close(self) -> None:
         while self._early:     # started early, never collected: the pipeline stopped before their stage
             self._early.popitem()[1].stop()
-        while self._closers:
-            self._closers.pop()[1]()
+        for name in reversed(list(self._closers)):   # the last made first
+            self._closers.pop(name)()
         self._shared.clear()
 
     def __enter__(self) -> "StageContext":
